@@ -1,0 +1,47 @@
+package v1
+
+// ReconcileRequestAnnotation is the annotation that requests an out-of-band reconciliation; its
+// value (an RFC 3339 timestamp by convention) is copied into status.lastHandledReconcileAt once the
+// request has been acted upon. `flux reconcile` and reflector's scan function both set it.
+const ReconcileRequestAnnotation = "reconcile.fluxcd.io/requestedAt"
+
+// Condition types, as all Flux objects use them.
+const (
+	// ReadyCondition tells whether the object's last reconciliation succeeded.
+	ReadyCondition = "Ready"
+	// ReconcilingCondition is present while a reconciliation is in progress or being retried.
+	ReconcilingCondition = "Reconciling"
+	// StalledCondition is present when reconciliation cannot go on without a change of the spec.
+	StalledCondition = "Stalled"
+)
+
+// Condition reasons, with the names Flux uses for them.
+const (
+	// SucceededReason signals that the reconciliation succeeded.
+	SucceededReason = "Succeeded"
+	// FailedReason signals that the reconciliation failed.
+	FailedReason = "Failed"
+	// FailureReason is the reason Flux's ImagePolicy uses when no tag could be selected.
+	FailureReason = "Failure"
+	// ProgressingReason signals that a reconciliation is under way.
+	ProgressingReason = "Progressing"
+	// ProgressingWithRetryReason signals that a failed reconciliation will be retried.
+	ProgressingWithRetryReason = "ProgressingWithRetry"
+	// ImageURLInvalidReason signals that spec.image is not a valid image repository reference.
+	ImageURLInvalidReason = "ImageURLInvalid"
+	// DependencyNotReadyReason signals that an object this one depends on is not ready.
+	DependencyNotReadyReason = "DependencyNotReady"
+	// AuthenticationFailedReason signals that credentials are missing, malformed or refused.
+	AuthenticationFailedReason = "AuthenticationFailed"
+	// ReadOperationFailedReason signals a failure to read from the registry or the tag store.
+	ReadOperationFailedReason = "ReadOperationFailed"
+	// IntervalNotConfiguredReason signals that spec.interval is missing where it is required.
+	IntervalNotConfiguredReason = "IntervalNotConfigured"
+	// AccessDeniedReason signals that a cross-namespace reference is not allowed.
+	AccessDeniedReason = "AccessDenied"
+	// InvalidPolicyReason signals that an ImagePolicy's policy or filter cannot be used.
+	InvalidPolicyReason = "InvalidPolicy"
+	// UnsupportedProviderReason signals an ImageRepository provider that reflector cannot
+	// authenticate with.
+	UnsupportedProviderReason = "UnsupportedProvider"
+)
