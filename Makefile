@@ -1,0 +1,69 @@
+# reflector: see README.md. `make test` is what CI runs.
+
+SHELL := /usr/bin/env bash
+GO ?= go
+CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+FUZZTIME ?= 10s
+BENCHCOUNT ?= 6
+BENCH ?= .
+BENCHOUT ?= bench.out
+TESTFLAGS ?=
+
+.PHONY: all generate check-generated build test unit fuzz bench lint testenv run clean
+
+all: build
+
+## generate: deepcopy functions and CRD manifests from internal/api/v1 (controller-gen).
+generate:
+	$(CONTROLLER_GEN) object paths=./internal/api/... \
+		crd:crdVersions=v1 output:crd:artifacts:config=config/crd/bases
+
+## check-generated: fail when the generated files differ from what `make generate` writes.
+check-generated: generate
+	@git diff --exit-code --stat -- internal/api config/crd || \
+		{ echo "generated files are stale: run 'make generate' and commit the result"; exit 1; }
+	@test -z "$$(git ls-files --others --exclude-standard -- internal/api config/crd)" || \
+		{ echo "make generate wrote files that are not committed"; exit 1; }
+
+## build: compile every package and binary.
+build:
+	$(GO) build ./...
+
+## lint: gofmt and go vet.
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); test -z "$$out" || { echo "gofmt would change:"; echo "$$out"; exit 1; }
+	$(GO) vet ./...
+
+## testenv: build etcd and kube-apiserver into the cache once (about 15 minutes the first time).
+testenv:
+	./hack/testenv.sh
+
+## test: everything CI checks: generated files, lint, unit and integration tests, short fuzzing.
+test: check-generated lint testenv
+	$(GO) test -count=1 -timeout 30m $(TESTFLAGS) ./...
+	$(MAKE) fuzz
+
+## unit: the tests without the integration tests that start an apiserver.
+unit:
+	$(GO) test -count=1 -short ./...
+
+## fuzz: run every fuzz target for FUZZTIME each (the corpus it finds stays in testdata/fuzz).
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+## bench: run the benchmarks BENCHCOUNT times into BENCHOUT; compare two runs with benchstat.
+bench: testenv
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCHCOUNT) -timeout 60m ./... | tee $(BENCHOUT)
+	$(GO) run golang.org/x/perf/cmd/benchstat@latest $(BENCHOUT)
+
+## run: start reflector locally on 127.0.0.1 (state in .reflector/).
+run: testenv
+	$(GO) run ./hack/run
+
+clean:
+	rm -rf .reflector bin

@@ -1,0 +1,134 @@
+// Package kube is reflector's access to the Kubernetes API: typed clients for ImageRepository and
+// ImagePolicy, the reconcile-request annotation, status patches that retry on conflict, and
+// Kubernetes Events.
+package kube
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+)
+
+// Scheme knows the Kubernetes built-in types and reflector's API.
+var Scheme = runtime.NewScheme()
+
+func init() {
+	if err := clientgoscheme.AddToScheme(Scheme); err != nil {
+		panic(err)
+	}
+	if err := v1.AddToScheme(Scheme); err != nil {
+		panic(err)
+	}
+}
+
+// Client reaches the Kubernetes API.
+type Client struct {
+	// Core is the typed client of the built-in resources (Secrets, ServiceAccounts, Events).
+	Core kubernetes.Interface
+	// Repositories reaches ImageRepository objects.
+	Repositories *Objects[*v1.ImageRepository, *v1.ImageRepositoryList]
+	// Policies reaches ImagePolicy objects.
+	Policies *Objects[*v1.ImagePolicy, *v1.ImagePolicyList]
+}
+
+// New returns a Client for the API server that cfg points at.
+func New(cfg *rest.Config) (*Client, error) {
+	core, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := *cfg
+	c.GroupVersion = &v1.GroupVersion
+	c.APIPath = "/apis"
+	c.NegotiatedSerializer = serializer.NewCodecFactory(Scheme).WithoutConversion()
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	rc, err := rest.RESTClientFor(&c)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{
+		Core: core,
+		Repositories: &Objects[*v1.ImageRepository, *v1.ImageRepositoryList]{
+			rest: rc, resource: v1.ImageRepositoryResource,
+			newObj:  func() *v1.ImageRepository { return &v1.ImageRepository{} },
+			newList: func() *v1.ImageRepositoryList { return &v1.ImageRepositoryList{} },
+		},
+		Policies: &Objects[*v1.ImagePolicy, *v1.ImagePolicyList]{
+			rest: rc, resource: v1.ImagePolicyResource,
+			newObj:  func() *v1.ImagePolicy { return &v1.ImagePolicy{} },
+			newList: func() *v1.ImagePolicyList { return &v1.ImagePolicyList{} },
+		},
+	}, nil
+}
+
+// Object is an API object of reflector's group.
+type Object interface {
+	runtime.Object
+	metav1.Object
+}
+
+// Objects is a typed client of one resource of reflector's API group.
+type Objects[T Object, L runtime.Object] struct {
+	rest     rest.Interface
+	resource string
+	newObj   func() T
+	newList  func() L
+}
+
+// Get returns the object namespace/name.
+func (o *Objects[T, L]) Get(ctx context.Context, namespace, name string) (T, error) {
+	out := o.newObj()
+	err := o.rest.Get().Namespace(namespace).Resource(o.resource).Name(name).Do(ctx).Into(out)
+	return out, err
+}
+
+// List lists objects of one namespace, or of all namespaces when namespace is empty. Callers
+// page through large sets with opts.Limit and opts.Continue.
+func (o *Objects[T, L]) List(ctx context.Context, namespace string, opts metav1.ListOptions) (L, error) {
+	out := o.newList()
+	err := o.rest.Get().Namespace(namespace).Resource(o.resource).
+		VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
+	return out, err
+}
+
+// Create creates obj in its namespace.
+func (o *Objects[T, L]) Create(ctx context.Context, obj T) (T, error) {
+	out := o.newObj()
+	err := o.rest.Post().Namespace(obj.GetNamespace()).Resource(o.resource).Body(obj).Do(ctx).Into(out)
+	return out, err
+}
+
+// Update replaces obj; the apiserver refuses it with a conflict when obj is stale.
+func (o *Objects[T, L]) Update(ctx context.Context, obj T) (T, error) {
+	out := o.newObj()
+	err := o.rest.Put().Namespace(obj.GetNamespace()).Resource(o.resource).Name(obj.GetName()).
+		Body(obj).Do(ctx).Into(out)
+	return out, err
+}
+
+// Delete deletes namespace/name.
+func (o *Objects[T, L]) Delete(ctx context.Context, namespace, name string) error {
+	return o.rest.Delete().Namespace(namespace).Resource(o.resource).Name(name).Do(ctx).Error()
+}
+
+// Patch patches namespace/name, or one of its subresources such as "status".
+func (o *Objects[T, L]) Patch(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, subresource ...string) (T, error) {
+	out := o.newObj()
+	err := o.rest.Patch(pt).Namespace(namespace).Resource(o.resource).Name(name).
+		SubResource(subresource...).Body(data).Do(ctx).Into(out)
+	if err != nil {
+		return out, fmt.Errorf("patching %s %s/%s: %w", o.resource, namespace, name, err)
+	}
+	return out, nil
+}

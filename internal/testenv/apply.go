@@ -1,0 +1,147 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/imagereflector/reflector/config/crd"
+)
+
+// fieldManager owns the fields that Apply sets.
+const fieldManager = "reflector-testenv"
+
+// InstallCRDs applies reflector's CRDs and waits until the apiserver serves them.
+func (e *Env) InstallCRDs(ctx context.Context) error {
+	files, err := fs.Glob(crd.Files, "bases/*.yaml")
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		b, err := crd.Files.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if _, err := e.Apply(ctx, "", b); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+	}
+	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, name := range []string{"imagerepositories.image.toolkit.fluxcd.io", "imagepolicies.image.toolkit.fluxcd.io"} {
+		for {
+			obj, err := e.dynamic.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
+			if err == nil && established(obj) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("CRD %s not established: %v", name, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func established(obj *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Established" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+// Apply server-side applies every object of a multi-document YAML stream and returns them as the
+// apiserver stored them. Namespaced objects without a namespace go to namespace (or "default").
+func (e *Env) Apply(ctx context.Context, namespace string, manifests []byte) ([]*unstructured.Unstructured, error) {
+	objs, err := DecodeYAML(manifests)
+	if err != nil {
+		return nil, err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(e.clientset.Discovery()))
+	var out []*unstructured.Unstructured
+	for _, obj := range objs {
+		gvk := obj.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			// A CRD applied a moment ago may not be in the cached discovery yet.
+			mapper.Reset()
+			if mapping, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+				return out, fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
+			}
+		}
+		res := e.dynamic.Resource(mapping.Resource)
+		var client interface {
+			Apply(context.Context, string, *unstructured.Unstructured, metav1.ApplyOptions, ...string) (*unstructured.Unstructured, error)
+		} = res
+		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			ns := obj.GetNamespace()
+			if ns == "" {
+				ns = namespace
+			}
+			if ns == "" {
+				ns = "default"
+			}
+			obj.SetNamespace(ns)
+			client = res.Namespace(ns)
+		}
+		applied, err := client.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+		if err != nil {
+			return out, fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
+		}
+		out = append(out, applied)
+	}
+	return out, nil
+}
+
+// DecodeYAML splits a multi-document YAML stream into objects, skipping empty documents.
+func DecodeYAML(manifests []byte) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifests), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs, nil
+			}
+			return nil, fmt.Errorf("decoding manifests: %w", err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+}
+
+// ensureNamespace creates a namespace unless it exists.
+func (e *Env) ensureNamespace(ctx context.Context, name string, labels map[string]string) error {
+	ns := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Namespace",
+		"metadata": map[string]any{"name": name},
+	}}
+	if len(labels) > 0 {
+		ns.SetLabels(labels)
+	}
+	_, err := e.dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).
+		Create(ctx, ns, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
