@@ -1,0 +1,155 @@
+// Package reconcile holds the decisions and the work that the scan function, the policy function
+// and the cron reconciler share: whether an object is due, scanning an ImageRepository, and
+// evaluating an ImagePolicy. It is the only package that combines the registry, the tag store,
+// the policy engine and the Kubernetes API.
+package reconcile
+
+import (
+	"hash/fnv"
+	"slices"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/imagename"
+)
+
+// Why an object is due. A scan for any reason but Interval and Retry lists the tags in full;
+// the others may be served incrementally.
+const (
+	DueNeverScanned      = "never scanned"
+	DueGeneration        = "generation changed"
+	DueRequested         = "reconcile requested"
+	DueImageChanged      = "image changed"
+	DueExclusionsChanged = "exclusion list changed"
+	DueInterval          = "interval elapsed"
+	DueRetry             = "retrying after failure"
+	DueDigestRefresh     = "digest refresh"
+)
+
+// Window is the span of time that one cron pass answers for: every pass asks "did anything
+// become due in (Now-Period, Now]", so that periodic work that needs no stored timestamp (digest
+// refreshes, retries) happens once per period, on a per-object offset that spreads the load.
+type Window struct {
+	Now    time.Time
+	Period time.Duration
+}
+
+// RepositoryDue tells whether an ImageRepository needs a scan and why ("" when it does not).
+// Suspended repositories are never due.
+func RepositoryDue(repo *v1.ImageRepository, w Window) string {
+	if repo.Spec.Suspend || !repo.DeletionTimestamp.IsZero() {
+		return ""
+	}
+	st := &repo.Status
+	switch {
+	case st.LastScanResult == nil:
+		if failedBefore(st.Conditions, repo.Generation, st.ObservedGeneration) {
+			break
+		}
+		return DueNeverScanned
+	case repo.Generation != st.ObservedGeneration:
+		return DueGeneration
+	}
+	if token, ok := repo.Annotations[v1.ReconcileRequestAnnotation]; ok && token != st.LastHandledReconcileAt {
+		return DueRequested
+	}
+	if st.LastScanResult == nil {
+		// Failed before ever succeeding, for the current generation: retry once per period.
+		if crossed(w, retryPeriod(repo.GetRequeueAfter()), offset(repo.Namespace, repo.Name)) {
+			return DueRetry
+		}
+		return ""
+	}
+	if canonical, err := imagename.Canonical(repo.Spec.Image, repo.Spec.Insecure); err == nil && canonical != st.CanonicalImageName {
+		return DueImageChanged
+	}
+	if !slices.Equal(repo.GetExclusionList(), st.ObservedExclusionList) {
+		return DueExclusionsChanged
+	}
+	interval := repo.GetRequeueAfter()
+	if interval > 0 && !w.Now.Before(st.LastScanResult.ScanTime.Add(interval)) {
+		if !readyFalse(st.Conditions) {
+			return DueInterval
+		}
+		// The last scans failed: lastScanResult keeps the last success, so the interval has
+		// long passed; retry once per period instead of on every pass.
+		if crossed(w, retryPeriod(interval), offset(repo.Namespace, repo.Name)) {
+			return DueRetry
+		}
+	}
+	return ""
+}
+
+// PolicyDue tells whether an ImagePolicy needs an evaluation and why ("" when it does not).
+// Evaluations that tag changes cause are not decided here: the scan function announces those.
+func PolicyDue(pol *v1.ImagePolicy, w Window) string {
+	if pol.Spec.Suspend || !pol.DeletionTimestamp.IsZero() {
+		return ""
+	}
+	st := &pol.Status
+	if pol.Generation != st.ObservedGeneration {
+		return DueGeneration
+	}
+	if token, ok := pol.Annotations[v1.ReconcileRequestAnnotation]; ok && token != st.LastHandledReconcileAt {
+		return DueRequested
+	}
+	if interval := pol.GetInterval(); interval > 0 && crossed(w, interval, offset(pol.Namespace, pol.Name)) {
+		return DueDigestRefresh
+	}
+	if ready := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition); ready == nil || ready.Status != metav1.ConditionTrue {
+		if apimeta.IsStatusConditionTrue(st.Conditions, v1.StalledCondition) {
+			return "" // only a spec change helps, and that changes the generation
+		}
+		if crossed(w, policyRetryPeriod, offset(pol.Namespace, pol.Name)) {
+			return DueRetry
+		}
+	}
+	return ""
+}
+
+// policyRetryPeriod is how often a policy that is not Ready is evaluated again. Evaluations read
+// the tag store only, so a short period costs the registries nothing.
+const policyRetryPeriod = 2 * time.Minute
+
+// retryPeriod is how often a failing ImageRepository is scanned again: its interval, but at
+// least every ten minutes so that a fixed registry or Secret is noticed.
+func retryPeriod(interval time.Duration) time.Duration {
+	if interval <= 0 || interval > 10*time.Minute {
+		return 10 * time.Minute
+	}
+	return interval
+}
+
+func readyFalse(conds []metav1.Condition) bool {
+	return apimeta.IsStatusConditionFalse(conds, v1.ReadyCondition)
+}
+
+// failedBefore tells whether a repository that never succeeded has already been tried for its
+// current generation, so that the cron retries it on its period instead of every pass.
+func failedBefore(conds []metav1.Condition, generation, observed int64) bool {
+	return generation == observed && readyFalse(conds)
+}
+
+// crossed tells whether a time offset+k*period (k an integer) lies in the window.
+func crossed(w Window, period, off time.Duration) bool {
+	if period <= 0 || w.Period <= 0 {
+		return false
+	}
+	if w.Period >= period {
+		return true
+	}
+	now := w.Now.UnixNano() - int64(off%period)
+	return now/int64(period) != (now-int64(w.Period))/int64(period)
+}
+
+// offset spreads objects over a period: a stable per-object duration.
+func offset(namespace, name string) time.Duration {
+	h := fnv.New64a()
+	h.Write([]byte(namespace))
+	h.Write([]byte{'/'})
+	h.Write([]byte(name))
+	return time.Duration(h.Sum64() >> 1)
+}

@@ -1,0 +1,190 @@
+package reconcile
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+)
+
+var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// scanned returns an ImageRepository whose last scan, at scanTime, matched its spec.
+func scanned(scanTime time.Time, mutate ...func(*v1.ImageRepository)) *v1.ImageRepository {
+	r := &v1.ImageRepository{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "app", Generation: 2},
+		Spec: v1.ImageRepositorySpec{
+			Image:    "ghcr.io/org/app",
+			Interval: metav1.Duration{Duration: 5 * time.Minute},
+		},
+		Status: v1.ImageRepositoryStatus{
+			ObservedGeneration:    2,
+			CanonicalImageName:    "ghcr.io/org/app",
+			ObservedExclusionList: []string{`^.*\.sig$`},
+			LastScanResult:        &v1.ScanResult{TagCount: 3, ScanTime: metav1.NewTime(scanTime)},
+			Conditions:            []metav1.Condition{{Type: v1.ReadyCondition, Status: metav1.ConditionTrue}},
+		},
+	}
+	for _, m := range mutate {
+		m(r)
+	}
+	return r
+}
+
+func TestRepositoryDue(t *testing.T) {
+	w := Window{Now: now, Period: time.Minute}
+	failing := func(r *v1.ImageRepository) {
+		r.Status.Conditions = []metav1.Condition{{Type: v1.ReadyCondition, Status: metav1.ConditionFalse}}
+	}
+	tests := []struct {
+		name string
+		repo *v1.ImageRepository
+		want string
+	}{
+		{"fresh scan", scanned(now.Add(-time.Minute)), ""},
+		{"interval elapsed", scanned(now.Add(-5 * time.Minute)), DueInterval},
+		{"never scanned", scanned(now, func(r *v1.ImageRepository) {
+			r.Status = v1.ImageRepositoryStatus{ObservedGeneration: -1}
+		}), DueNeverScanned},
+		{"generation changed", scanned(now, func(r *v1.ImageRepository) { r.Generation = 3 }), DueGeneration},
+		{"annotation differs", scanned(now, func(r *v1.ImageRepository) {
+			r.Annotations = map[string]string{v1.ReconcileRequestAnnotation: "2026-11-29T12:00:00Z"}
+			r.Status.LastHandledReconcileAt = "2026-11-29T11:00:00Z"
+		}), DueRequested},
+		{"annotation handled", scanned(now, func(r *v1.ImageRepository) {
+			r.Annotations = map[string]string{v1.ReconcileRequestAnnotation: "2026-11-29T12:00:00Z"}
+			r.Status.LastHandledReconcileAt = "2026-11-29T12:00:00Z"
+		}), ""},
+		{"image changed", scanned(now, func(r *v1.ImageRepository) { r.Status.CanonicalImageName = "ghcr.io/org/old" }), DueImageChanged},
+		{"exclusion list changed", scanned(now, func(r *v1.ImageRepository) { r.Spec.ExclusionList = []string{"^dev-"} }), DueExclusionsChanged},
+		{"suspended", scanned(now.Add(-time.Hour), func(r *v1.ImageRepository) {
+			r.Spec.Suspend = true
+			r.Generation = 9
+		}), ""},
+		{"suspended and never scanned", scanned(now, func(r *v1.ImageRepository) {
+			r.Spec.Suspend = true
+			r.Status = v1.ImageRepositoryStatus{}
+		}), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := RepositoryDue(tt.repo, w); got != tt.want {
+				t.Errorf("RepositoryDue() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+
+	t.Run("failing repository retries once per period, not every pass", func(t *testing.T) {
+		repo := scanned(now.Add(-time.Hour), failing)
+		count := 0
+		for i := range 60 { // an hour of one-minute passes
+			if RepositoryDue(repo, Window{Now: now.Add(time.Duration(i) * time.Minute), Period: time.Minute}) != "" {
+				count++
+			}
+		}
+		// interval 5m: twelve retries an hour.
+		if count != 12 {
+			t.Errorf("%d retries in an hour, want 12", count)
+		}
+	})
+	t.Run("never succeeded and failed: retried on the period", func(t *testing.T) {
+		repo := scanned(now, failing, func(r *v1.ImageRepository) { r.Status.LastScanResult = nil })
+		count := 0
+		for i := range 60 {
+			if RepositoryDue(repo, Window{Now: now.Add(time.Duration(i) * time.Minute), Period: time.Minute}) == DueRetry {
+				count++
+			}
+		}
+		if count != 12 {
+			t.Errorf("%d retries in an hour, want 12", count)
+		}
+	})
+}
+
+func TestPolicyDue(t *testing.T) {
+	w := Window{Now: now, Period: time.Minute}
+	policy := func(mutate ...func(*v1.ImagePolicy)) *v1.ImagePolicy {
+		p := &v1.ImagePolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "app", Generation: 1},
+			Status: v1.ImagePolicyStatus{
+				ObservedGeneration: 1,
+				Conditions:         []metav1.Condition{{Type: v1.ReadyCondition, Status: metav1.ConditionTrue}},
+			},
+		}
+		for _, m := range mutate {
+			m(p)
+		}
+		return p
+	}
+	tests := []struct {
+		name string
+		pol  *v1.ImagePolicy
+		want string
+	}{
+		{"up to date", policy(), ""},
+		{"new", policy(func(p *v1.ImagePolicy) { p.Status = v1.ImagePolicyStatus{ObservedGeneration: -1} }), DueGeneration},
+		{"edited", policy(func(p *v1.ImagePolicy) { p.Generation = 2 }), DueGeneration},
+		{"requested", policy(func(p *v1.ImagePolicy) {
+			p.Annotations = map[string]string{v1.ReconcileRequestAnnotation: "x"}
+		}), DueRequested},
+		{"suspended", policy(func(p *v1.ImagePolicy) { p.Spec.Suspend = true; p.Generation = 5 }), ""},
+		{"stalled waits for a spec change", policy(func(p *v1.ImagePolicy) {
+			p.Status.Conditions = []metav1.Condition{
+				{Type: v1.ReadyCondition, Status: metav1.ConditionFalse},
+				{Type: v1.StalledCondition, Status: metav1.ConditionTrue},
+			}
+		}), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := PolicyDue(tt.pol, w); got != tt.want {
+				t.Errorf("PolicyDue() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+
+	count := func(p *v1.ImagePolicy, reason string) int {
+		n := 0
+		for i := range 60 {
+			if PolicyDue(p, Window{Now: now.Add(time.Duration(i) * time.Minute), Period: time.Minute}) == reason {
+				n++
+			}
+		}
+		return n
+	}
+	always := policy(func(p *v1.ImagePolicy) {
+		p.Spec.DigestReflectionPolicy = v1.ReflectAlways
+		p.Spec.Interval = &metav1.Duration{Duration: 10 * time.Minute}
+	})
+	if n := count(always, DueDigestRefresh); n != 6 {
+		t.Errorf("Always every 10m: %d refreshes an hour, want 6", n)
+	}
+	if n := count(policy(), DueDigestRefresh); n != 0 {
+		t.Errorf("Never: %d refreshes an hour", n)
+	}
+	notReady := policy(func(p *v1.ImagePolicy) {
+		p.Status.Conditions = []metav1.Condition{{Type: v1.ReadyCondition, Status: metav1.ConditionFalse}}
+	})
+	if n := count(notReady, DueRetry); n != 30 {
+		t.Errorf("not Ready: %d retries an hour, want 30", n)
+	}
+}
+
+func TestOffsetsSpreadObjects(t *testing.T) {
+	// A thousand objects with one period are due in different minutes, not all at once.
+	perMinute := map[int64]int{}
+	for i := range 1000 {
+		off := offset("ns", "repo-"+string(rune('a'+i%26))+time.Duration(i).String())
+		perMinute[int64(off%(10*time.Minute)/time.Minute)]++
+	}
+	for m, n := range perMinute {
+		if n > 200 {
+			t.Errorf("minute %d holds %d of 1000 objects", m, n)
+		}
+	}
+	if len(perMinute) != 10 {
+		t.Errorf("objects fall in %d of 10 minutes", len(perMinute))
+	}
+}
