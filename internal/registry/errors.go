@@ -1,0 +1,94 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+)
+
+// Error is a failure classified into the Flux condition reason an ImageRepository reports for it.
+// Its message carries the registry's own error code and message when the registry sent one;
+// errors.As with a *transport.Error reaches them programmatically.
+type Error struct {
+	// Reason is one of v1.AuthenticationFailedReason, v1.ReadOperationFailedReason,
+	// v1.ImageURLInvalidReason and v1.UnsupportedProviderReason.
+	Reason string
+	// Err is the underlying failure.
+	Err error
+}
+
+// Error returns the message of the underlying failure.
+func (e *Error) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying failure.
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrTagLimit is wrapped by the error of a listing that found more tags than the Client's
+// limit (WithMaxTags): such a repository is reported, never stored truncated.
+var ErrTagLimit = errors.New("tag limit exceeded")
+
+// Reason returns the condition reason of err: the Reason of an *Error in its chain, else
+// v1.ReadOperationFailedReason; "" for nil.
+func Reason(err error) string {
+	if err == nil {
+		return ""
+	}
+	if e, ok := errors.AsType[*Error](err); ok {
+		return e.Reason
+	}
+	return v1.ReadOperationFailedReason
+}
+
+// Stalled reports whether err cannot go away without a change of the ImageRepository's spec, so
+// the object should be marked Stalled rather than retried.
+func Stalled(err error) bool {
+	switch Reason(err) {
+	case v1.ImageURLInvalidReason, v1.UnsupportedProviderReason:
+		return true
+	}
+	return false
+}
+
+// classify wraps err in an *Error whose reason follows from the registry's answer: refused
+// credentials are AuthenticationFailed, everything else (unknown names, server errors, timeouts,
+// malformed answers) is ReadOperationFailed. An err that is already classified is kept.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*Error](err); ok {
+		return err
+	}
+	reason := v1.ReadOperationFailedReason
+	if authFailure(err) {
+		reason = v1.AuthenticationFailedReason
+	}
+	return &Error{Reason: reason, Err: err}
+}
+
+// authFailure reports whether the registry refused the request's credentials.
+func authFailure(err error) bool {
+	terr, ok := errors.AsType[*transport.Error](err)
+	if !ok {
+		return false
+	}
+	if terr.StatusCode == http.StatusUnauthorized || terr.StatusCode == http.StatusForbidden {
+		return true
+	}
+	for _, d := range terr.Errors {
+		if d.Code == transport.UnauthorizedErrorCode || d.Code == transport.DeniedErrorCode {
+			return true
+		}
+	}
+	return false
+}
+
+// timedOut reports whether err is the scan's deadline running out rather than a caller's
+// cancellation.
+func timedOut(ctx context.Context, err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded)
+}

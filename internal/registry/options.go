@@ -1,0 +1,63 @@
+package registry
+
+import (
+	"net/http"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithRateLimit sets the token bucket of every registry host: perSecond requests per second on
+// average, at most burst at once. rate.Inf (math.Inf(1)) disables limiting.
+func WithRateLimit(perSecond float64, burst int) Option {
+	return func(c *Client) {
+		c.rate = rate.Limit(perSecond)
+		c.burst = max(burst, 1)
+	}
+}
+
+// WithPageSize sets the number of tags asked for per page. A registry that refuses it gets
+// smaller pages without further configuration.
+func WithPageSize(n int) Option {
+	return func(c *Client) {
+		if n > 0 {
+			c.pageSize = n
+		}
+	}
+}
+
+// WithMaxTags sets the number of tags (after the exclusion list) above which ListTags fails with
+// ErrTagLimit instead of holding the whole repository in memory.
+func WithMaxTags(n int) Option {
+	return func(c *Client) {
+		if n > 0 {
+			c.maxTags = n
+		}
+	}
+}
+
+// WithTransport sets the transport that scans start from. Scans with a certSecretRef or a
+// proxySecretRef use a clone of it with their TLS and proxy settings.
+func WithTransport(t *http.Transport) Option {
+	return func(c *Client) {
+		if t != nil {
+			c.base = t
+		}
+	}
+}
+
+// WithRetries sets how often a request is retried after a 429, a 5xx or a network error, and
+// the exponential backoff between retries of answers without Retry-After: initial before the
+// first, doubling up to maxBackoff, each with random jitter.
+func WithRetries(n int, initial, maxBackoff time.Duration) Option {
+	return func(c *Client) {
+		c.maxRetries = max(n, 0)
+		if initial > 0 {
+			c.initialBackoff = initial
+		}
+		c.maxBackoff = max(maxBackoff, c.initialBackoff)
+	}
+}

@@ -1,0 +1,122 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"k8s.io/client-go/kubernetes"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/imagename"
+)
+
+// Scan is one authenticated session with the registry of an ImageRepository: ListTags and Head
+// share its transport, so the registry is pinged and a bearer token fetched once, and all of
+// them finish within the object's timeout, counted from Prepare.
+type Scan struct {
+	c        *Client
+	repo     name.Repository
+	http     *http.Client
+	rt       http.RoundTripper
+	timeout  time.Duration
+	deadline time.Time
+	exclude  []*regexp.Regexp
+	owned    *http.Transport
+}
+
+// Prepare checks obj's spec, reads the Secrets and ServiceAccount it refers to from its
+// namespace through kube (which may be nil when it refers to none), and pings the registry
+// with the resulting credentials, TLS and proxy settings. The error is an *Error: an
+// unsupported provider or an invalid image is Stalled, unreadable credentials are
+// AuthenticationFailed. Close the Scan when done with it.
+func (c *Client) Prepare(ctx context.Context, kube kubernetes.Interface, obj *v1.ImageRepository) (*Scan, error) {
+	s := &Scan{c: c, timeout: obj.GetTimeout()}
+	s.deadline = time.Now().Add(s.timeout)
+	ctx, cancel := context.WithDeadline(ctx, s.deadline)
+	defer cancel()
+
+	if p := obj.GetProvider(); p != v1.GenericProvider {
+		return nil, &Error{Reason: v1.UnsupportedProviderReason, Err: fmt.Errorf(
+			"spec.provider %q is not supported: reflector supports only the generic provider for now (credentials from spec.secretRef or spec.serviceAccountName)", p)}
+	}
+	repo, err := imagename.Parse(obj.Spec.Image, obj.Spec.Insecure)
+	if err != nil {
+		return nil, &Error{Reason: v1.ImageURLInvalidReason, Err: err}
+	}
+	s.repo = repo
+	for i, expr := range obj.GetExclusionList() {
+		re, err := regexp.Compile(expr)
+		if err != nil {
+			return nil, &Error{Reason: v1.ReadOperationFailedReason, Err: fmt.Errorf(
+				"spec.exclusionList[%d] %q is not a valid regular expression: %w", i, expr, err)}
+		}
+		s.exclude = append(s.exclude, re)
+	}
+
+	sec := &secrets{kube: kube, namespace: obj.Namespace}
+	auth, err := sec.authenticator(ctx, obj, repo.RegistryStr())
+	if err != nil {
+		return nil, err
+	}
+	base := c.base
+	if obj.Spec.CertSecretRef != nil || obj.Spec.ProxySecretRef != nil {
+		base = base.Clone()
+		if ref := obj.Spec.CertSecretRef; ref != nil {
+			if base.TLSClientConfig, err = sec.tlsConfig(ctx, ref.Name, base.TLSClientConfig); err != nil {
+				return nil, err
+			}
+		}
+		if ref := obj.Spec.ProxySecretRef; ref != nil {
+			u, err := sec.proxyURL(ctx, ref.Name)
+			if err != nil {
+				return nil, err
+			}
+			base.Proxy = http.ProxyURL(u)
+		}
+		s.owned = base
+	}
+
+	polite := transport.NewUserAgent(&politeTransport{inner: base, c: c}, userAgent)
+	s.rt, err = transport.NewWithContext(ctx, repo.Registry, auth, polite, []string{repo.Scope(transport.PullScope)})
+	if err != nil {
+		s.Close()
+		return nil, s.fail(ctx, "connecting to registry "+repo.RegistryStr(), err)
+	}
+	s.http = &http.Client{Transport: s.rt}
+	return s, nil
+}
+
+// Repository returns the repository the scan reads.
+func (s *Scan) Repository() name.Repository { return s.repo }
+
+// Close releases the connections of a scan that needed its own TLS or proxy settings.
+func (s *Scan) Close() {
+	if s.owned != nil {
+		s.owned.CloseIdleConnections()
+	}
+}
+
+// excluded reports whether tag matches the exclusion list.
+func (s *Scan) excluded(tag string) bool {
+	for _, re := range s.exclude {
+		if re.MatchString(tag) {
+			return true
+		}
+	}
+	return false
+}
+
+// fail describes and classifies the failure of the operation what, saying so when the scan's
+// timeout, rather than the caller, ended it.
+func (s *Scan) fail(ctx context.Context, what string, err error) error {
+	if _, waited := errors.AsType[*RetryAfterError](err); !waited && timedOut(ctx, err) && !time.Now().Before(s.deadline) {
+		return classify(fmt.Errorf("%s: timed out after %s (the ImageRepository's timeout): %w", what, s.timeout, err))
+	}
+	return classify(fmt.Errorf("%s: %w", what, err))
+}
