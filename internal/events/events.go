@@ -1,0 +1,121 @@
+// Package events defines the CloudEvents that reflector's processes exchange, and sends them.
+// The scan function announces changed tag sets, the policy function announces new latest images,
+// and the cron reconciler requests scans and evaluations; Knative's SinkBinding tells each sender
+// where to deliver through K_SINK.
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+)
+
+// Event types. The version suffix changes only with an incompatible change of the data.
+const (
+	// TypeScanRequested asks the scan function to scan an ImageRepository; data is ObjectRef.
+	TypeScanRequested = "io.imagereflector.scan.requested.v1"
+	// TypeTagsChanged tells the policy function that an ImageRepository's tags changed; data is
+	// TagsChanged.
+	TypeTagsChanged = "io.imagereflector.tags.changed.v1"
+	// TypePolicyRequested asks the policy function to evaluate an ImagePolicy; data is ObjectRef.
+	TypePolicyRequested = "io.imagereflector.policy.requested.v1"
+	// TypeLatestChanged tells whoever automates updates that an ImagePolicy's latestRef changed;
+	// data is LatestChanged.
+	TypeLatestChanged = "io.imagereflector.latest.changed.v1"
+)
+
+// Sources of the events, one per process kind.
+const (
+	SourceScan   = "/reflector/scan"
+	SourcePolicy = "/reflector/policy"
+	SourceCron   = "/reflector/cron"
+)
+
+// ObjectRef names one object.
+type ObjectRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Reason says why the object is due, for logs.
+	Reason string `json:"reason,omitempty"`
+}
+
+// TagsChanged announces a new tag set of an ImageRepository.
+type TagsChanged struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Revision  string `json:"revision"`
+}
+
+// LatestChanged announces a new latest image of an ImagePolicy.
+type LatestChanged struct {
+	Namespace string       `json:"namespace"`
+	Name      string       `json:"name"`
+	Previous  *v1.ImageRef `json:"previous,omitempty"`
+	Latest    *v1.ImageRef `json:"latest"`
+}
+
+// Sender delivers events to one sink over HTTP in binary mode.
+type Sender struct {
+	client cloudevents.Client
+	target string
+	source string
+}
+
+// NewSender returns a Sender that delivers to target as source. An empty target gives a nil
+// Sender, whose Send does nothing: a process without a sink still works, and the cron reconciler
+// catches up with what it would have announced.
+func NewSender(target, source string, httpClient *http.Client) (*Sender, error) {
+	if target == "" {
+		return nil, nil
+	}
+	if httpClient == nil {
+		httpClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	p, err := cloudevents.NewHTTP(cloudevents.WithTarget(target), cehttp.WithClient(*httpClient))
+	if err != nil {
+		return nil, err
+	}
+	c, err := cloudevents.NewClient(p, cloudevents.WithUUIDs(), cloudevents.WithTimeNow())
+	if err != nil {
+		return nil, err
+	}
+	return &Sender{client: c, target: target, source: source}, nil
+}
+
+// Target returns where the Sender delivers, "" for a nil Sender.
+func (s *Sender) Target() string {
+	if s == nil {
+		return ""
+	}
+	return s.target
+}
+
+// ErrNotAcknowledged wraps a delivery that the sink refused or that never reached it.
+var ErrNotAcknowledged = errors.New("event not acknowledged")
+
+// Send delivers one event with the given type, subject and JSON data, and returns an error
+// wrapping ErrNotAcknowledged unless the sink acknowledged it.
+func (s *Sender) Send(ctx context.Context, ceType, subject string, data any) error {
+	if s == nil {
+		return nil
+	}
+	e := cloudevents.NewEvent()
+	e.SetType(ceType)
+	e.SetSource(s.source)
+	e.SetSubject(subject)
+	if err := e.SetData(cloudevents.ApplicationJSON, data); err != nil {
+		return err
+	}
+	res := s.client.Send(ctx, e)
+	if !cloudevents.IsACK(res) {
+		return fmt.Errorf("%w by %s: %s %s: %v", ErrNotAcknowledged, s.target, ceType, subject, res)
+	}
+	return nil
+}
