@@ -1,0 +1,92 @@
+// Command cron is reflector's reconcile fallback. Each pass lists every ImageRepository and
+// ImagePolicy, decides what is due (never scanned, interval elapsed, edited, `flux reconcile`
+// requested, digest refresh, retry after failure) and sends it to the scan and policy functions
+// as CloudEvents. With --once it runs one pass, as a Kubernetes CronJob does; otherwise it loops
+// every --every.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/reconcile"
+)
+
+func main() {
+	var (
+		once        = flag.Bool("once", false, "run one pass and exit (for a CronJob)")
+		every       = flag.Duration("every", time.Minute, "time between passes; also the window each pass answers for")
+		scanURL     = flag.String("scan-url", os.Getenv("K_SINK"), "where scan requests go (default $K_SINK)")
+		policyURL   = flag.String("policy-url", os.Getenv("K_SINK"), "where policy requests go (default $K_SINK)")
+		kubeconfig  = flag.String("kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config or in-cluster)")
+		concurrency = flag.Int("concurrency", 8, "dispatches under way at once")
+		spread      = flag.Duration("spread", 20*time.Second, "window over which dispatches are spread")
+		pageSize    = flag.Int64("page-size", 500, "objects per list call")
+		timeout     = flag.Duration("timeout", 50*time.Second, "deadline of one pass")
+	)
+	flag.Parse()
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	slog.SetDefault(log)
+	if err := run(*once, *every, *scanURL, *policyURL, *kubeconfig, *concurrency, *spread, *pageSize, *timeout, log); err != nil {
+		log.Error("cron failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+func run(once bool, every time.Duration, scanURL, policyURL, kubeconfig string, concurrency int,
+	spread time.Duration, pageSize int64, timeout time.Duration, log *slog.Logger) error {
+	if scanURL == "" || policyURL == "" {
+		return fmt.Errorf("--scan-url and --policy-url (or K_SINK) are required")
+	}
+	cfg, err := kube.Config(kubeconfig)
+	if err != nil {
+		return err
+	}
+	c, err := kube.New(cfg)
+	if err != nil {
+		return err
+	}
+	scan, err := events.NewSender(scanURL, events.SourceCron, nil)
+	if err != nil {
+		return err
+	}
+	policy, err := events.NewSender(policyURL, events.SourceCron, nil)
+	if err != nil {
+		return err
+	}
+	pass := &reconcile.Pass{
+		Kube: c, Scan: scan, Policy: policy,
+		Period: every, Spread: min(spread, every), Concurrency: concurrency, PageSize: pageSize, Log: log,
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		sum, err := pass.Run(pctx)
+		cancel()
+		if err != nil {
+			if once {
+				return err
+			}
+			log.Error("pass failed", "error", err)
+		} else {
+			log.Info("pass", "summary", sum)
+		}
+		if once {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(every):
+		}
+	}
+}

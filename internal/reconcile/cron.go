@@ -1,0 +1,205 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/kube"
+)
+
+// Dispatcher delivers a request for one object to a function.
+type Dispatcher interface {
+	Send(ctx context.Context, ceType, subject string, data any) error
+}
+
+// StoreKeys is the part of the tag store that a cron pass cleans up.
+type StoreKeys interface {
+	Keys(ctx context.Context) ([]string, error)
+	Delete(ctx context.Context, key string) error
+}
+
+// Pass is one run of the cron reconciler: it lists every ImageRepository and ImagePolicy, asks
+// the due rules about each, and sends what is due to the scan and policy functions. It holds no
+// state between passes; everything it needs is in the objects' status.
+type Pass struct {
+	Kube *kube.Client
+	// Scan and Policy deliver requests to the functions.
+	Scan, Policy Dispatcher
+	// Store, when set, loses the entries of ImageRepositories that no longer exist.
+	Store StoreKeys
+	// Period is the time between passes: a pass answers for what became due since the last.
+	Period time.Duration
+	// Spread is the window over which dispatches are spread, so that objects due together do
+	// not reach their registries in the same second.
+	Spread time.Duration
+	// Concurrency bounds the dispatches under way at once.
+	Concurrency int
+	// PageSize is the limit of each list call.
+	PageSize int64
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+	// Log receives one line per failed dispatch; nil means slog.Default().
+	Log *slog.Logger
+}
+
+// Summary counts what a pass did.
+type Summary struct {
+	Repositories, Policies  int
+	Due, Dispatched, Failed int
+	StoreDeleted            int
+	Duration                time.Duration
+}
+
+// LogValue renders the summary as one structured log line.
+func (s Summary) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Int("repositories", s.Repositories), slog.Int("policies", s.Policies),
+		slog.Int("due", s.Due), slog.Int("dispatched", s.Dispatched), slog.Int("failed", s.Failed),
+		slog.Int("store_deleted", s.StoreDeleted), slog.Duration("duration", s.Duration),
+	)
+}
+
+type dispatch struct {
+	to     Dispatcher
+	ceType string
+	ref    events.ObjectRef
+	delay  time.Duration
+}
+
+// Run performs the pass. It returns an error only when it could not do its own job (the
+// apiserver could not be listed); a function that refuses or is down is logged and counted,
+// and its objects stay due for the next pass.
+func (p *Pass) Run(ctx context.Context) (Summary, error) {
+	now := time.Now
+	if p.Now != nil {
+		now = p.Now
+	}
+	log := p.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	start := now()
+	w := Window{Now: start, Period: p.Period}
+	var sum Summary
+	var work []dispatch
+
+	live := map[string]bool{}
+	err := p.listRepositories(ctx, func(r *v1.ImageRepository) {
+		sum.Repositories++
+		live[StoreKey(r.Namespace, r.Name)] = true
+		if reason := RepositoryDue(r, w); reason != "" {
+			work = append(work, dispatch{to: p.Scan, ceType: events.TypeScanRequested,
+				ref: events.ObjectRef{Namespace: r.Namespace, Name: r.Name, Reason: reason}})
+		}
+	})
+	if err != nil {
+		return sum, fmt.Errorf("listing ImageRepositories: %w", err)
+	}
+	err = p.listPolicies(ctx, func(pol *v1.ImagePolicy) {
+		sum.Policies++
+		if reason := PolicyDue(pol, w); reason != "" {
+			work = append(work, dispatch{to: p.Policy, ceType: events.TypePolicyRequested,
+				ref: events.ObjectRef{Namespace: pol.Namespace, Name: pol.Name, Reason: reason}})
+		}
+	})
+	if err != nil {
+		return sum, fmt.Errorf("listing ImagePolicies: %w", err)
+	}
+	sum.Due = len(work)
+
+	if p.Store != nil {
+		sum.StoreDeleted = p.cleanStore(ctx, live, log)
+	}
+
+	for i := range work {
+		if p.Spread > 0 {
+			work[i].delay = rand.N(p.Spread)
+		}
+	}
+	sort.Slice(work, func(i, j int) bool { return work[i].delay < work[j].delay })
+	sum.Dispatched, sum.Failed = p.send(ctx, start, work, now, log)
+	sum.Duration = now().Sub(start)
+	return sum, nil
+}
+
+func (p *Pass) send(ctx context.Context, start time.Time, work []dispatch, now func() time.Time, log *slog.Logger) (ok, failed int) {
+	conc := max(p.Concurrency, 1)
+	queue := make(chan dispatch)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range queue {
+				err := d.to.Send(ctx, d.ceType, d.ref.Namespace+"/"+d.ref.Name, d.ref)
+				mu.Lock()
+				if err != nil {
+					failed++
+					log.Warn("dispatch failed", "type", d.ceType, "namespace", d.ref.Namespace,
+						"name", d.ref.Name, "reason", d.ref.Reason, "error", err)
+				} else {
+					ok++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for _, d := range work {
+		if wait := start.Add(d.delay).Sub(now()); wait > 0 {
+			select {
+			case <-ctx.Done():
+				break feed
+			case <-time.After(wait):
+			}
+		}
+		select {
+		case <-ctx.Done():
+			break feed
+		case queue <- d:
+		}
+	}
+	close(queue)
+	wg.Wait()
+	return ok, failed
+}
+
+// cleanStore deletes the store entries of ImageRepositories that the complete listing did not
+// return. It runs only after both listings succeeded, so a partial view never deletes anything.
+func (p *Pass) cleanStore(ctx context.Context, live map[string]bool, log *slog.Logger) int {
+	keys, err := p.Store.Keys(ctx)
+	if err != nil {
+		log.Warn("listing store keys", "error", err)
+		return 0
+	}
+	n := 0
+	for _, k := range keys {
+		if live[k] {
+			continue
+		}
+		if err := p.Store.Delete(ctx, k); err != nil {
+			log.Warn("deleting store entry", "key", k, "error", err)
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+func (p *Pass) listOptions(cont string) metav1.ListOptions {
+	limit := p.PageSize
+	if limit <= 0 {
+		limit = 500
+	}
+	return metav1.ListOptions{Limit: limit, Continue: cont}
+}
