@@ -1,0 +1,88 @@
+package registry
+
+import (
+	"net/http"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		header string
+		want   time.Duration
+		ok     bool
+	}{
+		{"2", 2 * time.Second, true},
+		{" 120 ", 2 * time.Minute, true},
+		{"0", 0, true},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0, true},
+		{"", 0, false},
+		{"-1", 0, false},
+		{"soon", 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := retryAfter(tt.header, now)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("retryAfter(%q) = %s, %v; want %s, %v", tt.header, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestBackoffGrowsWithJitterUpToTheCap(t *testing.T) {
+	p := &politeTransport{c: New(WithRetries(10, 100*time.Millisecond, time.Second))}
+	for attempt, base := range []time.Duration{100, 200, 400, 800, 1000, 1000} {
+		base *= time.Millisecond
+		for range 50 {
+			if d := p.backoff(attempt); d < base/2 || d > base {
+				t.Fatalf("backoff(%d) = %s, want within [%s, %s]", attempt, d, base/2, base)
+			}
+		}
+	}
+}
+
+func TestNextPage(t *testing.T) {
+	page, _ := url.Parse("https://registry.example/v2/app/tags/list?n=1000")
+	tests := []struct {
+		name  string
+		links []string
+		want  string
+		err   bool
+	}{
+		{"last page", nil, "", false},
+		{"relative link", []string{`</v2/app/tags/list?last=v9&n=1000>; rel="next"`}, "https://registry.example/v2/app/tags/list?last=v9&n=1000", false},
+		{"n added when missing", []string{`</v2/app/tags/list?last=v9>; rel="next"`}, "https://registry.example/v2/app/tags/list?last=v9&n=500", false},
+		{"next among other links", []string{`</docs>; rel="help", </v2/app/tags/list?last=b&n=1>; rel=next`}, "https://registry.example/v2/app/tags/list?last=b&n=1", false},
+		{"absolute link on the same host", []string{`<https://registry.example/v2/app/tags/list?last=c&n=2>; rel="next"`}, "https://registry.example/v2/app/tags/list?last=c&n=2", false},
+		{"another host is refused", []string{`<https://evil.example/v2/app/tags/list?last=c>; rel="next"`}, "", true},
+		{"malformed", []string{`/v2/app/tags/list?last=c; rel="next"`}, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := nextPage(tt.links, page, 500)
+			if (err != nil) != tt.err {
+				t.Fatalf("err = %v, want error %v", err, tt.err)
+			}
+			var s string
+			if got != nil {
+				s = got.String()
+			}
+			if s != tt.want {
+				t.Errorf("next = %q, want %q", s, tt.want)
+			}
+		})
+	}
+}
+
+func TestSmallerPage(t *testing.T) {
+	var sizes []int
+	for n := 1000; n > 0; n = smallerPage(n) {
+		sizes = append(sizes, n)
+	}
+	if want := []int{1000, 100, 50, 25, 12}; !slices.Equal(sizes, want) {
+		t.Errorf("page sizes %v, want %v", sizes, want)
+	}
+}
