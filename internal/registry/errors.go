@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
@@ -70,13 +71,15 @@ func classify(err error) error {
 	return &Error{Reason: reason, Err: err}
 }
 
-// authFailure reports whether the registry refused the request's credentials.
+// authFailure reports whether the registry, or the proxy, refused the request's credentials.
 func authFailure(err error) bool {
 	terr, ok := errors.AsType[*transport.Error](err)
 	if !ok {
-		return false
+		// net/http reports a proxy's refusal of a CONNECT only as the status text.
+		return strings.Contains(err.Error(), http.StatusText(http.StatusProxyAuthRequired))
 	}
-	if terr.StatusCode == http.StatusUnauthorized || terr.StatusCode == http.StatusForbidden {
+	switch terr.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusProxyAuthRequired:
 		return true
 	}
 	for _, d := range terr.Errors {

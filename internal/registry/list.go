@@ -92,7 +92,7 @@ func (s *Scan) listPage(ctx context.Context, u *url.URL, buf []string, size int)
 		return nil, nil, err
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := s.http.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		return nil, u, err
 	}

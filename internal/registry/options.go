@@ -11,10 +11,13 @@ import (
 type Option func(*Client)
 
 // WithRateLimit sets the token bucket of every registry host: perSecond requests per second on
-// average, at most burst at once. rate.Inf (math.Inf(1)) disables limiting.
+// average, at most burst at once. Zero, a negative number or math.Inf(1) disables limiting.
 func WithRateLimit(perSecond float64, burst int) Option {
 	return func(c *Client) {
 		c.rate = rate.Limit(perSecond)
+		if perSecond <= 0 {
+			c.rate = rate.Inf
+		}
 		c.burst = max(burst, 1)
 	}
 }

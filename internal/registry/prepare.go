@@ -22,7 +22,7 @@ import (
 type Scan struct {
 	c        *Client
 	repo     name.Repository
-	http     *http.Client
+	client   *http.Client
 	rt       http.RoundTripper
 	timeout  time.Duration
 	deadline time.Time
@@ -88,7 +88,7 @@ func (c *Client) Prepare(ctx context.Context, kube kubernetes.Interface, obj *v1
 		s.Close()
 		return nil, s.fail(ctx, "connecting to registry "+repo.RegistryStr(), err)
 	}
-	s.http = &http.Client{Transport: s.rt}
+	s.client = &http.Client{Transport: s.rt}
 	return s, nil
 }
 

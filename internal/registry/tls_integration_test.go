@@ -112,7 +112,7 @@ func TestIntegrationProxy(t *testing.T) {
 	}
 
 	_, err = scan(t, fast(), kc, imageRepository(ns, reg.Image("app"), through("proxy-wrong")))
-	wantError(t, err, v1.ReadOperationFailedReason, "Proxy Authentication Required")
+	wantError(t, err, v1.AuthenticationFailedReason, "Proxy Authentication Required")
 	if proxy.Refused() == 0 {
 		t.Error("the proxy refused nothing, want the wrong password refused")
 	}

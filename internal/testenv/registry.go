@@ -83,10 +83,10 @@ func RegistryAlias(hostname string) RegistryOption {
 	return func(c *registryConfig) { c.aliases = append(c.aliases, hostname) }
 }
 
-// RegistryMaxPageSize makes tag list requests with n above max fail with 400 and the code
-// TOO_MANY_TAGS_REQUESTED, as Quay does above 100. Requests without n get pages of max.
-func RegistryMaxPageSize(max int) RegistryOption {
-	return func(c *registryConfig) { c.maxPage = max }
+// RegistryMaxPageSize makes tag list requests with n above size fail with 400 and the code
+// TOO_MANY_TAGS_REQUESTED, as Quay does above 100. Requests without n get pages of size.
+func RegistryMaxPageSize(size int) RegistryOption {
+	return func(c *registryConfig) { c.maxPage = size }
 }
 
 // RegistryDefaultPageSize sets the page size of tag list requests without n; without this
@@ -105,6 +105,8 @@ func NewRegistry(t testing.TB, opts ...RegistryOption) *Registry {
 	inner := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
 	r.pages = &registryPages{inner: inner, cfg: &r.cfg, lists: map[string]*registryTagList{}}
 	r.srv = httptest.NewUnstartedServer(r.record(r.inject(r.authenticate(r.pages))))
+	// Handshakes that tests make fail on purpose would otherwise be logged.
+	r.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	if r.cfg.tls {
 		ca, err := newRegistryCA()
 		if err != nil {
