@@ -3,8 +3,10 @@ package registry_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
@@ -41,5 +43,27 @@ func TestIntegrationHeadResolvesDigestsOnTheScansTransport(t *testing.T) {
 	}
 	if n := countPaths(reg, "/manifests/"); n != 4 {
 		t.Errorf("%d manifest requests, want one HEAD per Head call", n)
+	}
+}
+
+func TestIntegrationHeadRetriesAreNotMultiplied(t *testing.T) {
+	reg := testenv.NewRegistry(t)
+	reg.Push(t, "app", "v1")
+	for range 10 {
+		reg.Inject(testenv.RegistryServerError().On("/manifests/"))
+	}
+	c := fast(registry.WithRetries(2, time.Millisecond, time.Millisecond))
+	s, err := c.Prepare(context.Background(), nil, imageRepository("default", reg.Image("app")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	_, err = s.Head(context.Background(), "v1")
+	wantError(t, err, v1.ReadOperationFailedReason, "500 Internal Server Error")
+	// go-containerregistry would retry each of these three times more if its own retry
+	// transport were in the chain.
+	if n := countPaths(reg, "/manifests/"); n != 3 {
+		t.Errorf("%d HEAD requests, want 3: the first and two retries", n)
 	}
 }

@@ -1,10 +1,12 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -30,10 +32,15 @@ func (s *Scan) ListTags(ctx context.Context) (Result, error) {
 		Path:     fmt.Sprintf("/v2/%s/tags/list", s.repo.RepositoryStr()),
 		RawQuery: "n=" + strconv.Itoa(res.PageSize),
 	}
-	var tags, page []string
+	// Kept tags are gathered in exactly sized slices per page and joined once at the end, so
+	// allocation stays near twice the tags' headers instead of growing one slice by doubling.
+	var kept [][]string
+	var page []string
+	var body bytes.Buffer
+	count := 0
 	for next != nil {
 		var err error
-		page, next, err = s.listPage(ctx, next, page[:0], res.PageSize)
+		page, next, err = s.listPage(ctx, next, page[:0], &body, res.PageSize)
 		if err != nil {
 			if smaller := smallerPage(res.PageSize); pageTooLarge(err) && smaller > 0 && next != nil {
 				res.PageSize = smaller
@@ -43,17 +50,20 @@ func (s *Scan) ListTags(ctx context.Context) (Result, error) {
 			return Result{}, s.fail(ctx, what, err)
 		}
 		res.Pages++
+		keep := make([]string, 0, len(page))
 		for _, tag := range page {
 			if !s.excluded(tag) {
-				tags = append(tags, tag)
+				keep = append(keep, tag)
 			}
 		}
-		if len(tags) > s.c.maxTags {
+		kept = append(kept, keep)
+		if count += len(keep); count > s.c.maxTags {
 			return Result{}, s.fail(ctx, what, fmt.Errorf(
 				"%w: more than %d tags remain after the exclusion list, the most this reflector stores per repository; add exclusions or raise the limit",
 				ErrTagLimit, s.c.maxTags))
 		}
 	}
+	tags := slices.Concat(kept...)
 	slices.Sort(tags)
 	res.Tags = slices.Compact(tags)
 	return res, nil
@@ -85,8 +95,13 @@ func (r Result) LatestTags() []string {
 // unlikely to be about the size.
 const minPageSize = 10
 
-// listPage reads one page into buf. On failure it returns u itself as the page to retry.
-func (s *Scan) listPage(ctx context.Context, u *url.URL, buf []string, size int) ([]string, *url.URL, error) {
+// maxPageBytes bounds one page's body, against a registry that ignores n and sends an
+// unbounded list.
+const maxPageBytes = 64 << 20
+
+// listPage reads one page into buf, through body. On failure it returns u itself as the page
+// to retry.
+func (s *Scan) listPage(ctx context.Context, u *url.URL, buf []string, body *bytes.Buffer, size int) ([]string, *url.URL, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, nil, err
@@ -100,10 +115,17 @@ func (s *Scan) listPage(ctx context.Context, u *url.URL, buf []string, size int)
 	if err := transport.CheckError(resp, http.StatusOK); err != nil {
 		return nil, u, err
 	}
+	body.Reset()
+	if _, err := body.ReadFrom(io.LimitReader(resp.Body, maxPageBytes+1)); err != nil {
+		return nil, u, err
+	}
+	if body.Len() > maxPageBytes {
+		return nil, nil, fmt.Errorf("GET %s: the tag list page is larger than %d MiB", u.Redacted(), maxPageBytes>>20)
+	}
 	page := struct {
 		Tags []string `json:"tags"`
 	}{Tags: buf}
-	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+	if err := json.Unmarshal(body.Bytes(), &page); err != nil {
 		return nil, nil, fmt.Errorf("GET %s: the tag list is not valid JSON: %w", u.Redacted(), err)
 	}
 	next, err := nextPage(resp.Header.Values("Link"), u, size)

@@ -209,7 +209,10 @@ func (r *Registry) Push(t testing.TB, repo string, tags ...string) string {
 		t.Fatalf("Push %s: %v", ref, err)
 	}
 	for _, tag := range tags[1:] {
-		req := httptest.NewRequest(http.MethodPut, "/v2/"+repo+"/manifests/"+tag, bytes.NewReader(manifest))
+		req, err := http.NewRequest(http.MethodPut, "/v2/"+repo+"/manifests/"+tag, bytes.NewReader(manifest))
+		if err != nil {
+			t.Fatalf("tagging %s:%s: %v", repo, tag, err)
+		}
 		req.Header.Set("Content-Type", string(mediaType))
 		rec := httptest.NewRecorder()
 		r.pages.ServeHTTP(rec, req)
