@@ -176,11 +176,13 @@ func TestMatchesReference(t *testing.T) {
 		"1.2 - 3", ">1.0.0 <3.0.0 || >=5", "<1.5.0 || >=3.0.0", ">=1.0.0-0", "^1.2.3-rc.1", "~2.3.x-rc",
 		"!=1.2.x-alpha", ">= 1.1, < 2", ">=v1.0.0", ">=10.0.0", "<=11", "^11.11.11", "2.3.x-rc || 4.x",
 		"1.2.3-rc.1 || >=2.0.0", "~1.2.3-0 || >3", "1.0.0 - 2.0.0-rc || >=4", "^1.0.0-0 || 2.x",
+		"~1.2.0-0 !=1.2.x-rc.1", ">=1.2.0-0 <1.3.0 !=1.2.x-alpha", "!=1.2.x-alpha",
 	}
 	mixes := map[string][]string{
-		"dense":  denseVersions(),
-		"bench":  semverMix(1000, rand.New(rand.NewPCG(7, 7))),
-		"sorted": slices.Sorted(slices.Values(semverMix(1000, rand.New(rand.NewPCG(8, 8))))),
+		"dense":              denseVersions(),
+		"prereleases on top": {"1.2.13-rc.1", "1.2.12-rc.1", "1.2.12-alpha", "1.2.11", "1.2.13-alpha.1", "0.1.0"},
+		"bench":              semverMix(1000, rand.New(rand.NewPCG(7, 7))),
+		"sorted":             slices.Sorted(slices.Values(semverMix(1000, rand.New(rand.NewPCG(8, 8))))),
 	}
 	for _, rng := range ranges {
 		for name, tags := range mixes {

@@ -95,27 +95,36 @@ func (r *semverRule) check(text string) bool {
 
 // probeKey names a group of versions that the range admits or rejects together.
 //
-// A Masterminds constraint sees a version only through its order against the constraint's
-// own version, how its major and minor compare with the constraint's, and whether it is a
-// prerelease; the patch and the prerelease identifiers count only where major and minor are
-// equal. Every number in a constraint's version is written in the range, so it is at most
-// bound. Hence all versions whose major exceeds bound fare alike with every constraint, and
-// so do all versions of one major whose minor exceeds bound, prereleases and releases apart:
-// one check of a representative answers for each group. TestMatchesReference and
-// FuzzSelector hold this against Masterminds itself.
+// A Masterminds constraint sees a version only through how its major, minor and patch
+// compare with the constraint's version (equal, or which is greater, in that order of
+// precedence), whether it is a prerelease, and, where major, minor and patch are equal or in
+// a "!=" with a wildcard patch, how its prerelease compares. Every number in a constraint's
+// version is written in the range, so it is at most bound. Hence every version whose major
+// exceeds bound fares alike with every constraint, prereleases and releases apart; so does
+// every version of one major whose minor exceeds bound; and every version of one major and
+// minor whose patch exceeds bound, with one prerelease. One check of a representative
+// answers for each group. TestMatchesReference and FuzzSelector hold this against
+// Masterminds itself.
 type probeKey struct {
-	major, minor uint64
-	pre          bool
+	major, minor, patch uint64
+	pre                 string
 }
 
 func (r *semverRule) probeKey(v version) (probeKey, bool) {
+	// Above major or minor, only whether there is a prerelease counts; "0" stands for any.
+	anyPre := ""
+	if v.pre != "" {
+		anyPre = "0"
+	}
 	switch {
 	case !r.boundOK:
 		return probeKey{}, false
 	case v.major > r.bound:
-		return probeKey{major: r.bound + 1, pre: v.pre != ""}, true
+		return probeKey{major: r.bound + 1, pre: anyPre}, true
 	case v.minor > r.bound:
-		return probeKey{major: v.major, minor: r.bound + 1, pre: v.pre != ""}, true
+		return probeKey{major: v.major, minor: r.bound + 1, pre: anyPre}, true
+	case v.patch > r.bound:
+		return probeKey{major: v.major, minor: v.minor, patch: r.bound + 1, pre: v.pre}, true
 	default:
 		return probeKey{}, false
 	}
@@ -123,9 +132,9 @@ func (r *semverRule) probeKey(v version) (probeKey, bool) {
 
 // text is the representative version of the group.
 func (k probeKey) text() string {
-	s := strconv.FormatUint(k.major, 10) + "." + strconv.FormatUint(k.minor, 10) + ".0"
-	if k.pre {
-		s += "-0"
+	s := strconv.FormatUint(k.major, 10) + "." + strconv.FormatUint(k.minor, 10) + "." + strconv.FormatUint(k.patch, 10)
+	if k.pre != "" {
+		s += "-" + k.pre
 	}
 	return s
 }
