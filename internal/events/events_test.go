@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
@@ -12,17 +13,10 @@ import (
 
 func TestSendDeliversOverHTTP(t *testing.T) {
 	got := make(chan cloudevents.Event, 1)
-	p, err := cloudevents.NewHTTP()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := cloudevents.NewHTTPReceiveHandler(context.Background(), p, func(e cloudevents.Event) {
+	srv := httptest.NewServer(Handler(func(_ context.Context, e cloudevents.Event) error {
 		got <- e
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
+		return nil
+	}))
 	defer srv.Close()
 
 	s, err := NewSender(srv.URL, SourceScan, nil)
@@ -73,5 +67,58 @@ func TestNilSenderIsSilent(t *testing.T) {
 	}
 	if s.Target() != "" {
 		t.Error(s.Target())
+	}
+}
+
+func TestHandlerAnswers(t *testing.T) {
+	srv := httptest.NewServer(Handler(func(_ context.Context, e cloudevents.Event) error {
+		var ref ObjectRef
+		if err := Decode(e, &ref); err != nil {
+			return err
+		}
+		if ref.Name == "fail" {
+			return errors.New("store unavailable")
+		}
+		return nil
+	}))
+	defer srv.Close()
+	s, err := NewSender(srv.URL, SourceCron, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Send(ctx, TypeScanRequested, "a/b", ObjectRef{Namespace: "a", Name: "b"}); err != nil {
+		t.Errorf("accepted event: %v", err)
+	}
+	if err := s.Send(ctx, TypeScanRequested, "a/fail", ObjectRef{Namespace: "a", Name: "fail"}); !errors.Is(err, ErrNotAcknowledged) {
+		t.Errorf("failing handler: %v", err)
+	}
+	if err := s.Send(ctx, TypeScanRequested, "a/b", "not an object"); !errors.Is(err, ErrNotAcknowledged) {
+		t.Errorf("undecodable data: %v", err)
+	}
+	for _, tc := range []struct {
+		method, body string
+		header       map[string]string
+		want         int
+	}{
+		{method: http.MethodGet, want: http.StatusMethodNotAllowed},
+		{method: http.MethodPost, body: "{}", want: http.StatusBadRequest},
+		{method: http.MethodPost, body: `{"specversion":"1.0","id":"1","source":"/x","type":"t","data":{"namespace":"a","name":"b"}}`,
+			header: map[string]string{"Content-Type": "application/cloudevents+json"}, want: http.StatusAccepted},
+		{method: http.MethodPost, body: `{"specversion":"1.0","source":"/x","type":"t"}`,
+			header: map[string]string{"Content-Type": "application/cloudevents+json"}, want: http.StatusBadRequest},
+	} {
+		req, _ := http.NewRequest(tc.method, srv.URL, strings.NewReader(tc.body))
+		for k, v := range tc.header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s %s: %d, want %d", tc.method, tc.body, resp.StatusCode, tc.want)
+		}
 	}
 }

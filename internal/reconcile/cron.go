@@ -126,7 +126,8 @@ func (p *Pass) Run(ctx context.Context) (Summary, error) {
 		}
 	}
 	sort.Slice(work, func(i, j int) bool { return work[i].delay < work[j].delay })
-	sum.Dispatched, sum.Failed = p.send(ctx, start, work, now, log)
+	// Delays count from the end of the listings, however long those took.
+	sum.Dispatched, sum.Failed = p.send(ctx, now(), work, now, log)
 	sum.Duration = now().Sub(start)
 	return sum, nil
 }

@@ -152,7 +152,7 @@ func TestAPIIntegrationValidation(t *testing.T) {
 		{
 			name:     "interval without Always",
 			manifest: policyYAML(`"policy": {"semver": {"range": "1.x"}}, "interval": "5m"`),
-			want:     []string{"spec: Invalid value: \"object\": spec.interval is only accepted when spec.digestReflectionPolicy is set to 'Always'"},
+			want:     []string{"spec: Invalid value: spec.interval is only accepted when spec.digestReflectionPolicy is set to 'Always'"},
 		},
 		{
 			name:     "interval with IfNotPresent",
@@ -162,7 +162,7 @@ func TestAPIIntegrationValidation(t *testing.T) {
 		{
 			name:     "Always without interval",
 			manifest: policyYAML(`"policy": {"semver": {"range": "1.x"}}, "digestReflectionPolicy": "Always"`),
-			want:     []string{"spec: Invalid value: \"object\": spec.interval must be set when spec.digestReflectionPolicy is set to 'Always'"},
+			want:     []string{"spec: Invalid value: spec.interval must be set when spec.digestReflectionPolicy is set to 'Always'"},
 		},
 		{
 			name:     "bad order",

@@ -1,0 +1,275 @@
+package reconcile_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// sink is a real CloudEvents receiver over HTTP that records what it receives.
+type sink struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	got  []events.ObjectRef
+	when []time.Time
+}
+
+func newSink(t *testing.T) *sink {
+	t.Helper()
+	s := &sink{}
+	s.srv = httptest.NewServer(events.Handler(func(_ context.Context, e cloudevents.Event) error {
+		var ref events.ObjectRef
+		if err := events.Decode(e, &ref); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.got = append(s.got, ref)
+		s.when = append(s.when, time.Now())
+		s.mu.Unlock()
+		return nil
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *sink) sender(t *testing.T) *events.Sender {
+	t.Helper()
+	snd, err := events.NewSender(s.srv.URL, events.SourceCron, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snd
+}
+
+// names returns the "name: reason" of what the sink received from namespace ns, sorted.
+func (s *sink) names(ns string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, r := range s.got {
+		if r.Namespace == ns {
+			out = append(out, r.Name+": "+r.Reason)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func newRepo(ns, name string) *v1.ImageRepository {
+	return &v1.ImageRepository{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1.ImageRepositorySpec{
+			Image:    "ghcr.io/org/" + name,
+			Interval: metav1.Duration{Duration: 5 * time.Minute},
+		},
+	}
+}
+
+// markScanned writes the status a successful scan at scanTime would have written.
+func markScanned(t *testing.T, c *kube.Client, ns, name string, scanTime time.Time) {
+	t.Helper()
+	_, err := c.Repositories.UpdateStatus(context.Background(), ns, name, func(r *v1.ImageRepository) error {
+		r.Status.ObservedGeneration = r.Generation
+		r.Status.CanonicalImageName = "ghcr.io/org/" + name
+		r.Status.ObservedExclusionList = r.GetExclusionList()
+		r.Status.LastScanResult = &v1.ScanResult{TagCount: 1, Revision: "r", ScanTime: metav1.NewTime(scanTime)}
+		if token, ok := r.Annotations[v1.ReconcileRequestAnnotation]; ok {
+			r.Status.LastHandledReconcileAt = token
+		}
+		r.Status.Conditions = []metav1.Condition{{Type: v1.ReadyCondition, Status: metav1.ConditionTrue,
+			Reason: v1.SucceededReason, Message: "ok", LastTransitionTime: metav1.NewTime(scanTime)}}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCronIntegrationDueRules(t *testing.T) {
+	env := testenv.Kube(t)
+	c, err := kube.New(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	now := time.Now()
+	for _, name := range []string{"never", "fresh", "stale", "requested", "edited", "suspended"} {
+		r := newRepo(ns, name)
+		r.Spec.Suspend = name == "suspended"
+		if _, err := c.Repositories.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"fresh", "requested", "edited", "suspended"} {
+		markScanned(t, c, ns, name, now)
+	}
+	markScanned(t, c, ns, "stale", now.Add(-6*time.Minute))
+	if _, err := c.Repositories.RequestReconcile(ctx, ns, "requested", kube.RequestToken(now)); err != nil {
+		t.Fatal(err)
+	}
+	edited, err := c.Repositories.Get(ctx, ns, "edited")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited.Spec.Interval.Duration = 10 * time.Minute
+	if _, err := c.Repositories.Update(ctx, edited); err != nil {
+		t.Fatal(err)
+	}
+	newPolicy := &v1.ImagePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "new"},
+		Spec: v1.ImagePolicySpec{
+			ImageRepositoryRef: v1.NamespacedObjectReference{Name: "fresh"},
+			Policy:             v1.ImagePolicyChoice{SemVer: &v1.SemVerPolicy{Range: "1.x"}},
+		},
+	}
+	if _, err := c.Policies.Create(ctx, newPolicy); err != nil {
+		t.Fatal(err)
+	}
+
+	scan, policy := newSink(t), newSink(t)
+	pass := &reconcile.Pass{Kube: c, Scan: scan.sender(t), Policy: policy.sender(t),
+		Period: time.Minute, Concurrency: 4, PageSize: 2}
+	sum, err := pass.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"edited: generation changed", "never: never scanned", "requested: reconcile requested", "stale: interval elapsed"}
+	if got := scan.names(ns); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("scan requests %q, want %q", got, want)
+	}
+	if got := policy.names(ns); fmt.Sprint(got) != fmt.Sprint([]string{"new: generation changed"}) {
+		t.Errorf("policy requests %q", got)
+	}
+	if sum.Failed != 0 || sum.Dispatched != sum.Due || sum.Due < 5 {
+		t.Errorf("summary %+v", sum)
+	}
+}
+
+// TestCronIntegrationFunctionDown shows that a pass against a stopped function neither hangs
+// nor loses the request: the object stays due and the next pass delivers it.
+func TestCronIntegrationFunctionDown(t *testing.T) {
+	env := testenv.Kube(t)
+	c, err := kube.New(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	if _, err := c.Repositories.Create(ctx, newRepo(ns, "app")); err != nil {
+		t.Fatal(err)
+	}
+	markScanned(t, c, ns, "app", time.Now())
+	if _, err := c.Repositories.RequestReconcile(ctx, ns, "app", kube.RequestToken(time.Now())); err != nil {
+		t.Fatal(err)
+	}
+
+	down := newSink(t)
+	downSender := down.sender(t)
+	down.srv.Close()
+	policy := newSink(t)
+	pass := &reconcile.Pass{Kube: c, Scan: downSender, Policy: policy.sender(t), Period: time.Minute, Concurrency: 2}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	sum, err := pass.Run(pctx)
+	cancel()
+	if err != nil {
+		t.Fatalf("a down function failed the pass: %v", err)
+	}
+	if sum.Failed < 1 {
+		t.Errorf("summary %+v: want the failed dispatch counted", sum)
+	}
+
+	up := newSink(t)
+	pass.Scan = up.sender(t)
+	if _, err := pass.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := up.names(ns); fmt.Sprint(got) != "[app: reconcile requested]" {
+		t.Errorf("next pass delivered %q", got)
+	}
+}
+
+// TestCronIntegrationSpread creates 5,000 ImageRepositories due at the same moment and checks
+// that one pass spreads their scan requests over the spread window.
+func TestCronIntegrationSpread(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates 5,000 objects")
+	}
+	env := testenv.Kube(t)
+	c, err := kube.New(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	const n = 5000
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := c.Repositories.Create(ctx, newRepo(ns, fmt.Sprintf("repo-%04d", i))); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	scan, policy := newSink(t), newSink(t)
+	const spread = 2 * time.Second
+	pass := &reconcile.Pass{Kube: c, Scan: scan.sender(t), Policy: policy.sender(t),
+		Period: time.Minute, Spread: spread, Concurrency: 32, PageSize: 500}
+	sum, err := pass.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Dispatched < n || sum.Failed != 0 {
+		t.Fatalf("summary %+v", sum)
+	}
+	// Ten buckets of 200ms: a uniform spread puts about 500 in each; all at once would put
+	// 5,000 in the first.
+	buckets := make([]int, 10)
+	scan.mu.Lock()
+	start := scan.when[0]
+	for _, when := range scan.when {
+		if when.Before(start) {
+			start = when
+		}
+	}
+	for i, when := range scan.when {
+		if scan.got[i].Namespace != ns {
+			continue
+		}
+		b := int(when.Sub(start) * 10 / spread)
+		buckets[min(max(b, 0), 9)]++
+	}
+	scan.mu.Unlock()
+	for i, count := range buckets {
+		if count > 2*n/10 {
+			t.Errorf("bucket %d holds %d of %d dispatches: %v", i, count, n, buckets)
+		}
+	}
+}
