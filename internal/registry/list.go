@@ -137,8 +137,9 @@ func (s *Scan) listPage(ctx context.Context, u *url.URL, buf []string, body *byt
 
 // nextPage returns the rel="next" target of Link headers, resolved against the page it came
 // with, or nil on the last page. A target on another host is refused, so that a registry cannot
-// point the scan's credentials elsewhere. Registries that leave n out of the link would fall
-// back to their own, often small, default page size; size is added then.
+// point the scan's credentials elsewhere, and so is the page itself. Registries that leave n
+// out of the link would fall back to their own, often small, default page size; size is added
+// then.
 func nextPage(links []string, page *url.URL, size int) (*url.URL, error) {
 	for _, header := range links {
 		for link := range strings.SplitSeq(header, ",") {
@@ -160,6 +161,10 @@ func nextPage(links []string, page *url.URL, size int) (*url.URL, error) {
 			}
 			if !next.Query().Has("n") {
 				next = withPageSize(next, size)
+			}
+			if next.String() == page.String() {
+				// Following it would read the same page until the deadline.
+				return nil, fmt.Errorf("the Link header points to the page it came with")
 			}
 			return next, nil
 		}

@@ -59,6 +59,7 @@ func TestNextPage(t *testing.T) {
 		{"absolute link on the same host", []string{`<https://registry.example/v2/app/tags/list?last=c&n=2>; rel="next"`}, "https://registry.example/v2/app/tags/list?last=c&n=2", false},
 		{"another host is refused", []string{`<https://evil.example/v2/app/tags/list?last=c>; rel="next"`}, "", true},
 		{"malformed", []string{`/v2/app/tags/list?last=c; rel="next"`}, "", true},
+		{"the same page is refused", []string{`</v2/app/tags/list?n=1000>; rel="next"`}, "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
