@@ -44,24 +44,28 @@ func RepositoryDue(repo *v1.ImageRepository, w Window) string {
 		return ""
 	}
 	st := &repo.Status
-	switch {
-	case st.LastScanResult == nil:
-		if failedBefore(st.Conditions, repo.Generation, st.ObservedGeneration) {
-			break
+	if repo.Generation != st.ObservedGeneration {
+		if st.LastScanResult == nil {
+			return DueNeverScanned
 		}
-		return DueNeverScanned
-	case repo.Generation != st.ObservedGeneration:
 		return DueGeneration
 	}
 	if token, ok := repo.Annotations[v1.ReconcileRequestAnnotation]; ok && token != st.LastHandledReconcileAt {
 		return DueRequested
 	}
-	if st.LastScanResult == nil {
-		// Failed before ever succeeding, for the current generation: retry once per period.
+	if apimeta.IsStatusConditionTrue(st.Conditions, v1.StalledCondition) {
+		return "" // only a spec change helps, and that changes the generation
+	}
+	if apimeta.IsStatusConditionFalse(st.Conditions, v1.ReadyCondition) {
+		// The last scan failed: lastScanResult still holds the last success, so its interval
+		// has long passed; retry once per period instead of on every pass.
 		if crossed(w, retryPeriod(repo.GetRequeueAfter()), offset(repo.Namespace, repo.Name)) {
 			return DueRetry
 		}
 		return ""
+	}
+	if st.LastScanResult == nil {
+		return DueNeverScanned
 	}
 	if canonical, err := imagename.Canonical(repo.Spec.Image, repo.Spec.Insecure); err == nil && canonical != st.CanonicalImageName {
 		return DueImageChanged
@@ -69,16 +73,8 @@ func RepositoryDue(repo *v1.ImageRepository, w Window) string {
 	if !slices.Equal(repo.GetExclusionList(), st.ObservedExclusionList) {
 		return DueExclusionsChanged
 	}
-	interval := repo.GetRequeueAfter()
-	if interval > 0 && !w.Now.Before(st.LastScanResult.ScanTime.Add(interval)) {
-		if !readyFalse(st.Conditions) {
-			return DueInterval
-		}
-		// The last scans failed: lastScanResult keeps the last success, so the interval has
-		// long passed; retry once per period instead of on every pass.
-		if crossed(w, retryPeriod(interval), offset(repo.Namespace, repo.Name)) {
-			return DueRetry
-		}
+	if interval := repo.GetRequeueAfter(); interval > 0 && !w.Now.Before(st.LastScanResult.ScanTime.Add(interval)) {
+		return DueInterval
 	}
 	return ""
 }
@@ -121,16 +117,6 @@ func retryPeriod(interval time.Duration) time.Duration {
 		return 10 * time.Minute
 	}
 	return interval
-}
-
-func readyFalse(conds []metav1.Condition) bool {
-	return apimeta.IsStatusConditionFalse(conds, v1.ReadyCondition)
-}
-
-// failedBefore tells whether a repository that never succeeded has already been tried for its
-// current generation, so that the cron retries it on its period instead of every pass.
-func failedBefore(conds []metav1.Condition, generation, observed int64) bool {
-	return generation == observed && readyFalse(conds)
 }
 
 // crossed tells whether a time offset+k*period (k an integer) lies in the window.

@@ -52,7 +52,7 @@ func (s *Scan) ListTags(ctx context.Context) (Result, error) {
 		res.Pages++
 		keep := make([]string, 0, len(page))
 		for _, tag := range page {
-			if !s.excluded(tag) {
+			if !s.Excluded(tag) {
 				keep = append(keep, tag)
 			}
 		}

@@ -102,8 +102,9 @@ func (s *Scan) Close() {
 	}
 }
 
-// excluded reports whether tag matches the exclusion list.
-func (s *Scan) excluded(tag string) bool {
+// Excluded reports whether tag matches the exclusion list, so that a tag named by a push event
+// is kept or dropped exactly as a listing would.
+func (s *Scan) Excluded(tag string) bool {
 	for _, re := range s.exclude {
 		if re.MatchString(tag) {
 			return true

@@ -1,0 +1,46 @@
+package reconcile
+
+import (
+	"fmt"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+)
+
+// The condition changes below follow Flux's conventions, so that `flux get` and kstatus read
+// reflector's objects the way they read Flux's:
+//
+//   - success: Ready=True, no Reconciling, no Stalled;
+//   - a failure that a retry may cure: Ready=False with the reason, Reconciling=True with
+//     ProgressingWithRetry;
+//   - a failure only a spec change cures: Ready=False and Stalled=True with the reason.
+
+// markSucceeded records a successful reconciliation of generation.
+func markSucceeded(conds *[]metav1.Condition, generation int64, message string) {
+	set(conds, generation, v1.ReadyCondition, metav1.ConditionTrue, v1.SucceededReason, message)
+	apimeta.RemoveStatusCondition(conds, v1.ReconcilingCondition)
+	apimeta.RemoveStatusCondition(conds, v1.StalledCondition)
+}
+
+// markFailed records a failure that is retried.
+func markFailed(conds *[]metav1.Condition, generation int64, reason, message string) {
+	set(conds, generation, v1.ReadyCondition, metav1.ConditionFalse, reason, message)
+	set(conds, generation, v1.ReconcilingCondition, metav1.ConditionTrue, v1.ProgressingWithRetryReason,
+		fmt.Sprintf("retrying: %s", message))
+	apimeta.RemoveStatusCondition(conds, v1.StalledCondition)
+}
+
+// markStalled records a failure that only a change of the spec can cure.
+func markStalled(conds *[]metav1.Condition, generation int64, reason, message string) {
+	set(conds, generation, v1.ReadyCondition, metav1.ConditionFalse, reason, message)
+	set(conds, generation, v1.StalledCondition, metav1.ConditionTrue, reason, message)
+	apimeta.RemoveStatusCondition(conds, v1.ReconcilingCondition)
+}
+
+func set(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, message string) {
+	apimeta.SetStatusCondition(conds, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
+	})
+}

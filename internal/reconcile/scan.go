@@ -1,0 +1,318 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/imagename"
+	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/registry"
+	"github.com/imagereflector/reflector/internal/store"
+)
+
+// Hint is what a push event says about a repository: the tags it names. A scan with a hint may
+// confirm those tags with one HEAD each and add them to the stored list instead of listing every
+// tag; the registry is always asked, the payload is never trusted.
+type Hint struct {
+	Tags []string
+}
+
+// ScanOutcome describes what a scan did.
+type ScanOutcome struct {
+	// Skipped says why nothing was scanned: the object is suspended or gone, or the request
+	// joined a scan already running.
+	Skipped string `json:"skipped,omitempty"`
+	// Incremental tells that pushed tags were confirmed and added instead of a full listing.
+	Incremental bool `json:"incremental,omitempty"`
+	// Revision and TagCount describe the stored tag list after the scan.
+	Revision string `json:"revision,omitempty"`
+	TagCount int    `json:"tagCount,omitempty"`
+	// Changed tells that the tag list differs from the one the status reported before.
+	Changed bool `json:"changed,omitempty"`
+	// Failure is the reason of a failed scan, which the status records; Stalled tells that
+	// only a spec change can cure it.
+	Failure string `json:"failure,omitempty"`
+	Stalled bool   `json:"stalled,omitempty"`
+}
+
+// Skip reasons.
+const (
+	SkippedSuspended = "suspended"
+	SkippedDeleted   = "deleted"
+	SkippedCoalesced = "coalesced into a running scan"
+)
+
+// Scanner scans ImageRepositories into the tag store and their status: the work of the scan
+// function. One Scanner serves a whole process; it runs at most one scan per repository at a
+// time, and requests that arrive during a scan cause at most one more.
+type Scanner struct {
+	Kube     *kube.Client
+	Registry *registry.Client
+	Store    *store.Store
+	// Sink receives a TagsChanged event whenever a scan changes a repository's tag list.
+	Sink Dispatcher
+	// Recorder receives Kubernetes Events; nil records none.
+	Recorder *kube.Recorder
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+	// Log receives one line per scan; nil means slog.Default().
+	Log *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]*pending
+}
+
+// pending collects the requests that arrive while a scan of the same repository runs.
+type pending struct {
+	requested bool
+	hint      *Hint
+}
+
+// Scan scans namespace/name. With a hint it may add the pushed tags incrementally; without one
+// it lists every tag. When a scan of the same repository is running, the request is merged into
+// one follow-up scan and Scan returns at once.
+func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) (ScanOutcome, error) {
+	key := StoreKey(namespace, name)
+	s.mu.Lock()
+	if s.running == nil {
+		s.running = map[string]*pending{}
+	}
+	if p, ok := s.running[key]; ok {
+		p.hint = mergeHints(p.requested, p.hint, hint)
+		p.requested = true
+		s.mu.Unlock()
+		return ScanOutcome{Skipped: SkippedCoalesced}, nil
+	}
+	p := &pending{}
+	s.running[key] = p
+	s.mu.Unlock()
+
+	for {
+		out, err := s.scan(ctx, namespace, name, hint)
+		s.mu.Lock()
+		if !p.requested || ctx.Err() != nil {
+			delete(s.running, key)
+			s.mu.Unlock()
+			return out, err
+		}
+		hint = p.hint
+		p.requested, p.hint = false, nil
+		s.mu.Unlock()
+	}
+}
+
+// mergeHints joins a waiting request with a new one: a full listing absorbs any hint.
+func mergeHints(waiting bool, a, b *Hint) *Hint {
+	if !waiting {
+		return b
+	}
+	if a == nil || b == nil {
+		return nil
+	}
+	return &Hint{Tags: append(slices.Clone(a.Tags), b.Tags...)}
+}
+
+func (s *Scanner) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *Scanner) log() *slog.Logger {
+	if s.Log != nil {
+		return s.Log
+	}
+	return slog.Default()
+}
+
+func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) (out ScanOutcome, err error) {
+	start := s.now()
+	key := StoreKey(namespace, name)
+	defer func() {
+		attrs := []any{"namespace", namespace, "name", name, "duration", s.now().Sub(start)}
+		if out.Skipped != "" {
+			attrs = append(attrs, "skipped", out.Skipped)
+		} else {
+			attrs = append(attrs, "incremental", out.Incremental, "revision", out.Revision,
+				"tags", out.TagCount, "changed", out.Changed)
+		}
+		if out.Failure != "" {
+			attrs = append(attrs, "failure", out.Failure, "stalled", out.Stalled)
+		}
+		if err != nil {
+			attrs = append(attrs, "error", err)
+			s.log().Error("scan", attrs...)
+			return
+		}
+		s.log().Info("scan", attrs...)
+	}()
+
+	repo, err := s.Kube.Repositories.Get(ctx, namespace, name)
+	if apierrors.IsNotFound(err) {
+		// The store is a cache of live objects: a deleted repository loses its entry.
+		if err := s.Store.Delete(ctx, key); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return ScanOutcome{Skipped: SkippedDeleted}, err
+		}
+		return ScanOutcome{Skipped: SkippedDeleted}, nil
+	}
+	if err != nil {
+		return out, fmt.Errorf("reading ImageRepository %s: %w", key, err)
+	}
+	if repo.Spec.Suspend {
+		return ScanOutcome{Skipped: SkippedSuspended}, nil
+	}
+	token := repo.Annotations[v1.ReconcileRequestAnnotation]
+
+	canonical, err := imagename.Canonical(repo.Spec.Image, repo.Spec.Insecure)
+	if err != nil {
+		return s.fail(ctx, repo, token, v1.ImageURLInvalidReason, true, err)
+	}
+	sc, err := s.Registry.Prepare(ctx, s.Kube.Core, repo)
+	if err != nil {
+		return s.fail(ctx, repo, token, registry.Reason(err), registry.Stalled(err), err)
+	}
+	defer sc.Close()
+
+	var entry store.Entry
+	incremental := hint != nil && len(hint.Tags) > 0 && s.specScanned(repo, canonical)
+	if incremental {
+		entry, incremental, err = s.addPushed(ctx, sc, key, hint.Tags)
+		if err != nil {
+			return out, err
+		}
+	}
+	if !incremental {
+		res, err := sc.ListTags(ctx)
+		if err != nil {
+			return s.fail(ctx, repo, token, registry.Reason(err), registry.Stalled(err), err)
+		}
+		if entry, _, err = s.Store.Put(ctx, key, res.Tags, s.now()); err != nil {
+			return out, fmt.Errorf("storing the tags of %s: %w", key, err)
+		}
+	}
+
+	prev := ""
+	if repo.Status.LastScanResult != nil {
+		prev = repo.Status.LastScanResult.Revision
+	}
+	out = ScanOutcome{Incremental: incremental, Revision: entry.Revision, TagCount: len(entry.Tags), Changed: entry.Revision != prev}
+	message := fmt.Sprintf("successful scan: found %d tags", len(entry.Tags))
+	updated, err := s.Kube.Repositories.UpdateStatus(ctx, namespace, name, func(r *v1.ImageRepository) error {
+		r.Status.ObservedGeneration = repo.Generation
+		r.Status.CanonicalImageName = canonical
+		r.Status.ObservedExclusionList = slices.Clone(repo.GetExclusionList())
+		r.Status.LastScanResult = &v1.ScanResult{
+			Revision:   entry.Revision,
+			TagCount:   len(entry.Tags),
+			ScanTime:   metav1.NewTime(entry.ScanTime),
+			LatestTags: latestTags(entry.Tags),
+		}
+		if token != "" {
+			r.Status.LastHandledReconcileAt = token
+		}
+		markSucceeded(&r.Status.Conditions, repo.Generation, message)
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("writing the status of ImageRepository %s: %w", key, err)
+	}
+	if out.Changed {
+		s.Recorder.Normal(updated, v1.SucceededReason, message)
+		if s.Sink != nil {
+			data := events.TagsChanged{Namespace: namespace, Name: name, Revision: entry.Revision}
+			if err := s.Sink.Send(ctx, events.TypeTagsChanged, key, data); err != nil {
+				// The cron reconciler re-evaluates policies that missed this.
+				s.log().Warn("announcing changed tags", "namespace", namespace, "name", name, "error", err)
+			}
+		}
+	}
+	return out, nil
+}
+
+// specScanned tells whether the last successful scan matched the current spec, so that pushed
+// tags may be added to its list instead of listing everything again.
+func (s *Scanner) specScanned(repo *v1.ImageRepository, canonical string) bool {
+	st := &repo.Status
+	return st.LastScanResult != nil &&
+		repo.Generation == st.ObservedGeneration &&
+		canonical == st.CanonicalImageName &&
+		slices.Equal(repo.GetExclusionList(), st.ObservedExclusionList)
+}
+
+// addPushed confirms each pushed tag with a HEAD request and adds those that exist and that
+// the exclusion list keeps. It reports false when a full listing must be done instead: the
+// store holds no list to add to, or the registry could not confirm a tag.
+func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, tags []string) (store.Entry, bool, error) {
+	var confirmed []string
+	for _, tag := range tags {
+		if sc.Excluded(tag) || slices.Contains(confirmed, tag) {
+			continue
+		}
+		if _, err := sc.Head(ctx, tag); err != nil {
+			return store.Entry{}, false, nil
+		}
+		confirmed = append(confirmed, tag)
+	}
+	var (
+		entry store.Entry
+		err   error
+	)
+	if len(confirmed) == 0 {
+		entry, err = s.Store.Get(ctx, key)
+	} else {
+		entry, _, err = s.Store.AddTags(ctx, key, confirmed)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Entry{}, false, nil
+	}
+	if err != nil {
+		return store.Entry{}, false, fmt.Errorf("adding pushed tags to %s: %w", key, err)
+	}
+	return entry, true, nil
+}
+
+// fail records a failed scan in the status, keeping the stored tags and the previous
+// lastScanResult. The failure is the object's, not the scanner's: it is reported in the status
+// and a Warning event, and the returned error is only about writing those.
+func (s *Scanner) fail(ctx context.Context, repo *v1.ImageRepository, token, reason string, stalled bool, cause error) (ScanOutcome, error) {
+	out := ScanOutcome{Failure: reason, Stalled: stalled}
+	message := cause.Error()
+	updated, err := s.Kube.Repositories.UpdateStatus(ctx, repo.Namespace, repo.Name, func(r *v1.ImageRepository) error {
+		r.Status.ObservedGeneration = repo.Generation
+		if token != "" {
+			r.Status.LastHandledReconcileAt = token
+		}
+		if stalled {
+			markStalled(&r.Status.Conditions, repo.Generation, reason, message)
+		} else {
+			markFailed(&r.Status.Conditions, repo.Generation, reason, message)
+		}
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("writing the failure of ImageRepository %s/%s (%s): %w", repo.Namespace, repo.Name, message, err)
+	}
+	s.Recorder.Warning(updated, reason, message)
+	return out, nil
+}
+
+// latestTags returns the status sample of an ascending tag list: its last ten, greatest first.
+func latestTags(ascending []string) []string {
+	n := min(len(ascending), 10)
+	out := make([]string, n)
+	for i := range n {
+		out[i] = ascending[len(ascending)-1-i]
+	}
+	return out
+}

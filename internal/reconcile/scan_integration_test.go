@@ -1,0 +1,293 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/registry"
+	"github.com/imagereflector/reflector/internal/store"
+	"github.com/imagereflector/reflector/internal/testenv"
+)
+
+// scanFixture is a real apiserver, registry and Badger store, and a Scanner over them whose
+// TagsChanged events go to a real CloudEvents sink.
+type scanFixture struct {
+	ns      string
+	kube    *kube.Client
+	reg     *testenv.Registry
+	store   *store.Store
+	sink    *sink
+	scanner *reconcile.Scanner
+}
+
+func newScanFixture(t *testing.T) *scanFixture {
+	t.Helper()
+	env := testenv.Kube(t)
+	c, err := kube.New(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &scanFixture{ns: env.Namespace(t), kube: c, reg: testenv.NewRegistry(t), store: store.New(t.TempDir())}
+	t.Cleanup(func() { f.store.Close() })
+	f.sink = newSink(t)
+	f.scanner = &reconcile.Scanner{Kube: c, Registry: registry.New(registry.WithRateLimit(0, 0)), Store: f.store, Sink: f.sink.sender(t)}
+	return f
+}
+
+func (f *scanFixture) createRepo(t *testing.T, name string, mutate ...func(*v1.ImageRepository)) *v1.ImageRepository {
+	t.Helper()
+	r := &v1.ImageRepository{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
+		Spec: v1.ImageRepositorySpec{
+			Image:    f.reg.Image(name),
+			Interval: metav1.Duration{Duration: time.Hour},
+			Insecure: true,
+		},
+	}
+	for _, m := range mutate {
+		m(r)
+	}
+	created, err := f.kube.Repositories.Create(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
+func (f *scanFixture) get(t *testing.T, name string) *v1.ImageRepository {
+	t.Helper()
+	r, err := f.kube.Repositories.Get(context.Background(), f.ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (f *scanFixture) tagListings() int {
+	n := 0
+	for _, r := range f.reg.Requests() {
+		if strings.Contains(r.URI, "/tags/list") {
+			n++
+		}
+	}
+	return n
+}
+
+func TestScanIntegrationFullThenIncremental(t *testing.T) {
+	f := newScanFixture(t)
+	ctx := context.Background()
+	f.reg.Push(t, "app", "1.0.0", "1.1.0", "sha256-abc.sig")
+	f.createRepo(t, "app")
+
+	out, err := f.scanner.Scan(ctx, f.ns, "app", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Incremental || out.TagCount != 2 || !out.Changed {
+		t.Fatalf("first scan: %+v", out)
+	}
+	repo := f.get(t, "app")
+	st := repo.Status
+	if st.LastScanResult == nil || st.LastScanResult.TagCount != 2 ||
+		fmt.Sprint(st.LastScanResult.LatestTags) != "[1.1.0 1.0.0]" ||
+		st.LastScanResult.Revision != store.RevisionOf([]string{"1.0.0", "1.1.0"}) {
+		t.Errorf("lastScanResult = %+v", st.LastScanResult)
+	}
+	if st.CanonicalImageName != f.reg.Image("app") || fmt.Sprint(st.ObservedExclusionList) != `[^.*\.sig$]` ||
+		st.ObservedGeneration != repo.Generation {
+		t.Errorf("status = %+v", st)
+	}
+	ready := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition)
+	if ready == nil || ready.Status != metav1.ConditionTrue || ready.Reason != v1.SucceededReason ||
+		ready.Message != "successful scan: found 2 tags" {
+		t.Errorf("Ready = %+v", ready)
+	}
+	if got := f.sink.names(f.ns); fmt.Sprint(got) != "[app: ]" {
+		t.Errorf("tags-changed events: %q", got)
+	}
+	firstScan := st.LastScanResult.ScanTime
+
+	// A push of 1.2.0, announced by a webhook that set the annotation first.
+	f.reg.Push(t, "app", "1.2.0")
+	token := kube.RequestToken(time.Now())
+	if _, err := f.kube.Repositories.RequestReconcile(ctx, f.ns, "app", token); err != nil {
+		t.Fatal(err)
+	}
+	before := len(f.reg.Requests())
+	out, err = f.scanner.Scan(ctx, f.ns, "app", &reconcile.Hint{Tags: []string{"1.2.0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Incremental || out.TagCount != 3 || !out.Changed {
+		t.Fatalf("push scan: %+v", out)
+	}
+	if n := len(f.reg.Requests()) - before; n > 2 {
+		t.Errorf("an incremental scan sent %d registry requests, want at most 2 (ping and HEAD)", n)
+	}
+	st = f.get(t, "app").Status
+	if st.LastScanResult.TagCount != 3 || st.LastScanResult.LatestTags[0] != "1.2.0" ||
+		st.LastHandledReconcileAt != token || !st.LastScanResult.ScanTime.Equal(&firstScan) {
+		t.Errorf("after the push: %+v", st)
+	}
+
+	// A payload that names a tag the registry does not have is not trusted: a full listing
+	// decides, and nothing changes.
+	listings := f.tagListings()
+	out, err = f.scanner.Scan(ctx, f.ns, "app", &reconcile.Hint{Tags: []string{"9.9.9"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Incremental || out.TagCount != 3 || out.Changed || f.tagListings() != listings+1 {
+		t.Errorf("forged tag: %+v, %d listings", out, f.tagListings()-listings)
+	}
+	entry, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, "app"))
+	if err != nil || fmt.Sprint(entry.Tags) != "[1.0.0 1.1.0 1.2.0]" {
+		t.Errorf("stored %v, %v", entry.Tags, err)
+	}
+}
+
+func TestScanIntegrationFailuresKeepWhatWasStored(t *testing.T) {
+	f := newScanFixture(t)
+	ctx := context.Background()
+	f.reg.Push(t, "app", "1.0.0")
+	f.createRepo(t, "app")
+	if _, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil {
+		t.Fatal(err)
+	}
+	good := f.get(t, "app").Status.LastScanResult
+
+	f.reg.Push(t, "app", "2.0.0")
+	f.reg.Inject(testenv.RegistryUnauthorized().On("/tags/list"))
+	out, err := f.scanner.Scan(ctx, f.ns, "app", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Failure != v1.AuthenticationFailedReason || out.Stalled {
+		t.Errorf("outcome %+v", out)
+	}
+	st := f.get(t, "app").Status
+	ready := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition)
+	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != v1.AuthenticationFailedReason ||
+		!strings.Contains(ready.Message, "UNAUTHORIZED") {
+		t.Errorf("Ready = %+v", ready)
+	}
+	if !apimeta.IsStatusConditionTrue(st.Conditions, v1.ReconcilingCondition) {
+		t.Error("a failed scan is not marked Reconciling for retry")
+	}
+	if st.LastScanResult == nil || st.LastScanResult.Revision != good.Revision {
+		t.Errorf("a failed scan changed lastScanResult to %+v", st.LastScanResult)
+	}
+	entry, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, "app"))
+	if err != nil || fmt.Sprint(entry.Tags) != "[1.0.0]" {
+		t.Errorf("a failed scan changed the store: %v, %v", entry.Tags, err)
+	}
+
+	// The next successful scan clears the failure.
+	if _, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil {
+		t.Fatal(err)
+	}
+	st = f.get(t, "app").Status
+	if !apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition) || apimeta.FindStatusCondition(st.Conditions, v1.ReconcilingCondition) != nil {
+		t.Errorf("conditions after recovery: %+v", st.Conditions)
+	}
+}
+
+func TestScanIntegrationSpecProblems(t *testing.T) {
+	f := newScanFixture(t)
+	ctx := context.Background()
+	f.createRepo(t, "tagged", func(r *v1.ImageRepository) { r.Spec.Image += ":v1" })
+	out, err := f.scanner.Scan(ctx, f.ns, "tagged", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Stalled || out.Failure != v1.ImageURLInvalidReason {
+		t.Errorf("outcome %+v", out)
+	}
+	st := f.get(t, "tagged").Status
+	stalled := apimeta.FindStatusCondition(st.Conditions, v1.StalledCondition)
+	if stalled == nil || stalled.Reason != v1.ImageURLInvalidReason || !strings.Contains(stalled.Message, "should not contain a tag") {
+		t.Errorf("Stalled = %+v", stalled)
+	}
+	if st.LastScanResult != nil {
+		t.Errorf("lastScanResult %+v", st.LastScanResult)
+	}
+
+	f.createRepo(t, "cloud", func(r *v1.ImageRepository) { r.Spec.Provider = v1.AWSProvider })
+	if out, err := f.scanner.Scan(ctx, f.ns, "cloud", nil); err != nil || !out.Stalled || out.Failure != v1.UnsupportedProviderReason {
+		t.Errorf("aws provider: %+v, %v", out, err)
+	}
+
+	f.reg.Push(t, "paused", "1.0.0")
+	f.createRepo(t, "paused", func(r *v1.ImageRepository) { r.Spec.Suspend = true })
+	if out, err := f.scanner.Scan(ctx, f.ns, "paused", nil); err != nil || out.Skipped != reconcile.SkippedSuspended {
+		t.Errorf("suspended: %+v, %v", out, err)
+	}
+	if f.get(t, "paused").Status.LastScanResult != nil || f.tagListings() != 0 {
+		t.Error("a suspended repository was scanned")
+	}
+}
+
+func TestScanIntegrationDeletedRepositoryLosesItsEntry(t *testing.T) {
+	f := newScanFixture(t)
+	ctx := context.Background()
+	f.reg.Push(t, "gone", "1.0.0")
+	f.createRepo(t, "gone")
+	if _, err := f.scanner.Scan(ctx, f.ns, "gone", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.kube.Repositories.Delete(ctx, f.ns, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := f.scanner.Scan(ctx, f.ns, "gone", nil)
+	if err != nil || out.Skipped != reconcile.SkippedDeleted {
+		t.Fatalf("%+v, %v", out, err)
+	}
+	if _, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, "gone")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("store entry of a deleted repository: %v", err)
+	}
+}
+
+// TestScanIntegrationCoalescing sends 50 concurrent scan requests for one repository: one scan
+// runs, the others join at most one follow-up.
+func TestScanIntegrationCoalescing(t *testing.T) {
+	f := newScanFixture(t)
+	f.reg.Push(t, "busy", "1.0.0")
+	f.createRepo(t, "busy")
+	f.reg.Inject(testenv.RegistrySlow(300 * time.Millisecond).On("/tags/list"))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	coalesced := 0
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := f.scanner.Scan(context.Background(), f.ns, "busy", nil)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			if out.Skipped == reconcile.SkippedCoalesced {
+				coalesced++
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if n := f.tagListings(); n > 2 || n < 1 {
+		t.Errorf("50 requests caused %d listings, want 1 or 2", n)
+	}
+	if coalesced < 48 {
+		t.Errorf("%d of 50 requests coalesced", coalesced)
+	}
+}
