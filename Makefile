@@ -9,7 +9,7 @@ BENCH ?= .
 BENCHOUT ?= bench.out
 TESTFLAGS ?=
 
-.PHONY: all generate check-generated build test unit fuzz bench lint testenv run clean
+.PHONY: all generate check-generated build test unit fuzz bench lint deps testenv run clean
 
 all: build
 
@@ -34,12 +34,16 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); test -z "$$out" || { echo "gofmt would change:"; echo "$$out"; exit 1; }
 	$(GO) vet ./...
 
+## deps: install the Debian packages the tests and `make run` use (docker-registry).
+deps:
+	./hack/deps.sh
+
 ## testenv: build etcd and kube-apiserver into the cache once (about 15 minutes the first time).
 testenv:
 	./hack/testenv.sh
 
 ## test: everything CI checks: generated files, lint, unit and integration tests, short fuzzing.
-test: check-generated lint testenv
+test: check-generated lint deps testenv
 	$(GO) test -count=1 -timeout 30m $(TESTFLAGS) ./...
 	$(MAKE) fuzz
 
@@ -62,8 +66,32 @@ bench: testenv
 	$(GO) run golang.org/x/perf/cmd/benchstat@latest $(BENCHOUT)
 
 ## run: start reflector locally on 127.0.0.1 (state in .reflector/).
-run: testenv
+run: deps testenv
 	$(GO) run ./hack/run
 
 clean:
 	rm -rf .reflector bin
+
+## images: build and push the scan, policy and cron images with ko to KO_DOCKER_REPO, and point
+## knative/ at them (IMAGES_OUT), so that `kubectl apply -k knative/` deploys what was built.
+## KO_DEFAULTBASEIMAGE overrides .ko.yaml's base image where that one cannot be pulled.
+KO_VERSION ?= v0.19.1
+KO ?= $(CURDIR)/bin/ko
+KO_DOCKER_REPO ?=
+IMAGES_OUT ?= knative/images.yaml
+IMAGE_CMDS := scan policy cron
+
+.PHONY: images ko
+images: $(KO)
+	@test -n "$(KO_DOCKER_REPO)" || { echo "set KO_DOCKER_REPO to the registry the cluster pulls from, e.g. KO_DOCKER_REPO=ghcr.io/you/reflector"; exit 1; }
+	@set -eo pipefail; refs=$$(KO_DOCKER_REPO=$(KO_DOCKER_REPO) $(KO) build --base-import-paths $(KOFLAGS) $(addprefix ./cmd/,$(IMAGE_CMDS))); \
+	{ echo "# Written by make images from ko's output: the ko:// references in the manifests map to these images."; \
+	  sep=""; for ref in $$refs; do cmd=$${ref%@*}; cmd=$${cmd##*/}; \
+	    printf '%sapiVersion: builtin\nkind: ImageTagTransformer\nmetadata:\n  name: reflector-%s\nimageTag:\n  name: ko://github.com/imagereflector/reflector/cmd/%s\n  newName: %s\n  digest: %s\n' \
+	      "$$sep" "$$cmd" "$$cmd" "$${ref%@*}" "$${ref#*@}"; sep="---"$$'\n'; done; } > $(IMAGES_OUT); \
+	echo "$$refs"; echo "wrote $(IMAGES_OUT)"
+
+## ko: install ko (the Go image builder) into bin/.
+ko: $(KO)
+$(KO):
+	GOBIN=$(dir $(KO)) $(GO) install github.com/google/ko@$(KO_VERSION)

@@ -1,125 +1,197 @@
-// Command run starts reflector's local environment on 127.0.0.1: etcd and kube-apiserver with
-// reflector's CRDs, applies the examples, and shows them with the defaults the API applied. State
-// stays in .reflector/, so a second run resumes where the first stopped. Ctrl-C stops everything.
+// Command run starts reflector on this machine, on 127.0.0.1 (see internal/stack): etcd,
+// kube-apiserver, Debian's docker-registry, the scan and policy functions and the cron
+// reconciler. It applies a demo ImageRepository with ImagePolicies that watch the local
+// registry, pushes a few tags, and shows a live table that changes as you push more. State stays
+// in .reflector/, so a second run resumes; Ctrl-C stops everything.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/kube"
-	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/stack"
 )
 
 func main() {
 	dir := flag.String("dir", ".reflector", "directory that holds the local state")
-	apiPort := flag.Int("apiserver-port", 26443, "kube-apiserver port on 127.0.0.1")
-	etcdPort := flag.Int("etcd-port", 22379, "etcd client port on 127.0.0.1")
-	examples := flag.String("examples", "examples", "directory of manifests to apply")
-	once := flag.Bool("once", false, "stop after applying and showing the examples")
+	once := flag.Bool("once", false, "stop once the demo policies have resolved, instead of showing a live table")
 	flag.Parse()
-	if err := run(*dir, *apiPort, *etcdPort, *examples, *once); err != nil {
+	if err := run(*dir, *once); err != nil {
 		fmt.Fprintln(os.Stderr, "run:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dir string, apiPort, etcdPort int, examples string, once bool) error {
+func run(dir string, once bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	abs, err := filepath.Abs(filepath.Join(dir, "kube"))
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(abs, 0o700); err != nil {
-		return err
-	}
-	slog.Info("starting etcd and kube-apiserver", "dir", abs)
-	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	env, err := testenv.Start(startCtx, testenv.Options{Dir: abs, APIServerPort: apiPort, EtcdPort: etcdPort})
+	fmt.Println("building reflector and starting etcd, kube-apiserver, docker-registry, the functions and the cron reconciler ...")
+	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	s, err := stack.Start(startCtx, stack.Options{
+		Dir:   dir,
+		Ports: stack.Ports{APIServer: 26443, Etcd: 22379, Registry: 25000, Scan: 28080, Policy: 28081},
+	})
 	cancel()
 	if err != nil {
 		return err
 	}
 	defer func() {
-		slog.Info("stopping")
-		if err := env.Stop(); err != nil {
-			slog.Error("stopping", "error", err)
-		}
+		fmt.Println("\nstopping ...")
+		s.Stop()
 	}()
-	files, err := filepath.Glob(filepath.Join(examples, "*.yaml"))
+	image := s.Registry + "/demo/app"
+	if _, err := s.Env.Apply(ctx, "default", []byte(demo(image))); err != nil {
+		return fmt.Errorf("applying the demo objects: %w", err)
+	}
+	repo, err := s.Kube.Repositories.Get(ctx, "default", "demo-app")
 	if err != nil {
 		return err
 	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
+	if repo.Status.LastScanResult == nil {
+		for _, tag := range []string{"1.0.0", "1.1.0", "1.2.0-rc.1"} {
+			if _, err := stack.Push(image + ":" + tag); err != nil {
+				return err
+			}
+		}
+	}
+	footer := fmt.Sprintf("Push a new tag:   go run ./hack/push %s:1.2.0\n"+
+		"Use kubectl:      export KUBECONFIG=%s\n"+
+		"Logs:             %s\n"+
+		"Ctrl-C stops everything; state stays in %s.\n",
+		image, s.Env.Kubeconfig, strings.TrimSuffix(s.Log(stack.Scan), "scan.log")+"*.log", dir)
+	changed := map[string]time.Time{}
+	last := map[string]string{}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		table, resolved, err := render(ctx, s.Kube, changed, last)
 		if err != nil {
 			return err
 		}
-		if _, err := env.Apply(ctx, "default", b); err != nil {
-			return fmt.Errorf("%s: %w", f, err)
+		if once {
+			if resolved || time.Now().After(deadline) {
+				fmt.Print(table, "\n", footer)
+				if !resolved {
+					return fmt.Errorf("the demo policies did not resolve within two minutes; see the logs")
+				}
+				return nil
+			}
+		} else {
+			fmt.Print("\033[H\033[2J", table, "\n", footer)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
 		}
 	}
-	c, err := kube.New(env.Config)
-	if err != nil {
-		return err
-	}
-	if err := show(ctx, c); err != nil {
-		return err
-	}
-	fmt.Printf("\nkubectl works with: export KUBECONFIG=%s\n", env.Kubeconfig)
-	if once {
-		return nil
-	}
-	fmt.Println("Ctrl-C stops everything; state stays in", dir)
-	<-ctx.Done()
-	return nil
 }
 
-// show prints the ImageRepositories and ImagePolicies with the fields the API defaulted.
-func show(ctx context.Context, c *kube.Client) error {
+// demo returns the demo objects for image.
+func demo(image string) string {
+	return fmt.Sprintf(`apiVersion: image.toolkit.fluxcd.io/v1
+kind: ImageRepository
+metadata:
+  name: demo-app
+spec:
+  image: %s
+  interval: 1m
+  insecure: true
+---
+apiVersion: image.toolkit.fluxcd.io/v1
+kind: ImagePolicy
+metadata:
+  name: demo-app-stable
+spec:
+  imageRepositoryRef:
+    name: demo-app
+  policy:
+    semver:
+      range: ^1.x
+---
+apiVersion: image.toolkit.fluxcd.io/v1
+kind: ImagePolicy
+metadata:
+  name: demo-app-preview
+spec:
+  imageRepositoryRef:
+    name: demo-app
+  policy:
+    semver:
+      range: '>=1.0.0-0'
+  digestReflectionPolicy: IfNotPresent
+`, image)
+}
+
+// render draws the table of policies and reports whether every policy has a latest image.
+func render(ctx context.Context, c *kube.Client, changed map[string]time.Time, last map[string]string) (string, bool, error) {
 	repos, err := c.Repositories.List(ctx, "", metav1.ListOptions{})
 	if err != nil {
-		return err
+		return "", false, err
+	}
+	tags := map[string]string{}
+	for _, r := range repos.Items {
+		n := "-"
+		if r.Status.LastScanResult != nil {
+			n = fmt.Sprint(r.Status.LastScanResult.TagCount)
+		}
+		tags[r.Namespace+"/"+r.Name] = n
 	}
 	pols, err := c.Policies.List(ctx, "", metav1.ListOptions{})
 	if err != nil {
-		return err
+		return "", false, err
 	}
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "IMAGEREPOSITORY\tIMAGE\tINTERVAL\tPROVIDER\tEXCLUSIONS")
-	for _, r := range repos.Items {
-		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%q\n", r.Namespace, r.Name, r.Spec.Image, r.Spec.Interval.Duration,
-			r.Spec.Provider, r.Spec.ExclusionList)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "IMAGEPOLICY\tREPOSITORY\tPOLICY\tDIGESTS\tLATEST")
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "REPOSITORY\tTAGS\tPOLICY\tRULE\tLATEST\tCHANGED\tSTATUS")
+	resolved := len(pols.Items) > 0
 	for _, p := range pols.Items {
-		policy := ""
-		switch ch := p.Spec.Policy; {
-		case ch.SemVer != nil:
-			policy = "semver " + ch.SemVer.Range
-		case ch.Alphabetical != nil:
-			policy = "alphabetical " + ch.Alphabetical.Order
-		case ch.Numerical != nil:
-			policy = "numerical " + ch.Numerical.Order
-		}
+		key := p.Namespace + "/" + p.Name
 		latest := "-"
-		if p.Status.LatestRef != nil {
-			latest = p.Status.LatestRef.String()
+		if ref := p.Status.LatestRef; ref != nil {
+			latest = ref.Tag
+			if ref.Digest != "" {
+				latest += "@" + ref.Digest[:min(len(ref.Digest), 19)]
+			}
+		} else {
+			resolved = false
 		}
-		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.Spec.ImageRepositoryRef.Name, policy,
-			p.Spec.DigestReflectionPolicy, latest)
+		if last[key] != latest {
+			last[key], changed[key] = latest, time.Now()
+		}
+		status := ""
+		if ready := apimeta.FindStatusCondition(p.Status.Conditions, v1.ReadyCondition); ready != nil {
+			status = ready.Message
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s ago\t%s\n", p.Spec.ImageRepositoryRef.Name,
+			tags[p.RepositoryNamespace()+"/"+p.Spec.ImageRepositoryRef.Name], p.Name, rule(&p), latest,
+			time.Since(changed[key]).Truncate(time.Second), status)
 	}
-	return w.Flush()
+	w.Flush()
+	return b.String(), resolved, nil
+}
+
+func rule(p *v1.ImagePolicy) string {
+	switch ch := p.Spec.Policy; {
+	case ch.SemVer != nil:
+		return "semver " + ch.SemVer.Range
+	case ch.Alphabetical != nil:
+		return "alphabetical " + ch.Alphabetical.Order
+	case ch.Numerical != nil:
+		return "numerical " + ch.Numerical.Order
+	}
+	return "-"
 }

@@ -104,7 +104,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	peerPort, err := freePort()
+	peerPort, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -287,12 +287,12 @@ func portOr(p int) (int, error) {
 	if p != 0 {
 		return p, nil
 	}
-	return freePort()
+	return FreePort()
 }
 
-// freePort returns a free port below the ephemeral range (32768 on Linux), where no closing
+// FreePort returns a free port below the ephemeral range (32768 on Linux), where no closing
 // client connection can hold it.
-func freePort() (int, error) {
+func FreePort() (int, error) {
 	for range 100 {
 		port := 20000 + rand.IntN(12000)
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))

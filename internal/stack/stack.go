@@ -1,0 +1,332 @@
+// Package stack runs the whole of reflector on one machine, on 127.0.0.1: etcd and
+// kube-apiserver with the CRDs, Debian's docker-registry sending push notifications to the scan
+// function, the scan and policy functions as separate processes sharing one Badger directory, and
+// the cron reconciler in loop mode. `make run` shows it to a person; the end-to-end test drives
+// it.
+package stack
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/testenv"
+)
+
+// Ports of the stack's processes; zero picks free ones.
+type Ports struct {
+	APIServer, Etcd, Registry, Scan, Policy int
+}
+
+// Options configure Start.
+type Options struct {
+	// Dir holds all state: etcd data, the registry's storage, the Badger store, logs. A
+	// directory that an earlier Start used is reused, so a second run resumes.
+	Dir string
+	// Ports fixes the ports; zero values pick free ones.
+	Ports Ports
+	// CronEvery is the cron reconciler's period; zero means 10s.
+	CronEvery time.Duration
+	// Namespace receives the webhook Secret the registry's notifications authenticate with.
+	Namespace string
+	// NotifyBackoff is how long the registry waits before resending a failed notification;
+	// zero means one second.
+	NotifyBackoff time.Duration
+}
+
+// Stack is a running reflector.
+type Stack struct {
+	// Env is the apiserver and etcd.
+	Env *testenv.Env
+	// Kube is a client of the apiserver.
+	Kube *kube.Client
+	// Registry is the registry's host:port.
+	Registry string
+	// ScanURL and PolicyURL are the functions' base URLs.
+	ScanURL, PolicyURL string
+	// Token is the webhook token of Options.Namespace.
+	Token string
+
+	opts  Options
+	bins  string
+	mu    sync.Mutex
+	procs map[string]*exec.Cmd
+}
+
+// Components that Stop and Restart name.
+const (
+	Registry = "docker-registry"
+	Scan     = "scan"
+	Policy   = "policy"
+	Cron     = "cron"
+)
+
+// Start builds reflector's binaries, starts every process and waits until each answers.
+func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
+	if opts.Namespace == "" {
+		opts.Namespace = "default"
+	}
+	if opts.CronEvery == 0 {
+		opts.CronEvery = 10 * time.Second
+	}
+	if opts.NotifyBackoff == 0 {
+		opts.NotifyBackoff = time.Second
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	opts.Dir = dir
+	for _, sub := range []string{"kube", "registry", "store", "bin", "logs"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	s := &Stack{opts: opts, bins: filepath.Join(dir, "bin"), procs: map[string]*exec.Cmd{}}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+	if err := build(ctx, s.bins); err != nil {
+		return nil, err
+	}
+	p := &s.opts.Ports
+	for _, port := range []*int{&p.Registry, &p.Scan, &p.Policy} {
+		if *port == 0 {
+			if *port, err = testenv.FreePort(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	s.Registry = "127.0.0.1:" + strconv.Itoa(p.Registry)
+	s.ScanURL = "http://127.0.0.1:" + strconv.Itoa(p.Scan)
+	s.PolicyURL = "http://127.0.0.1:" + strconv.Itoa(p.Policy)
+
+	if s.Env, err = testenv.Start(ctx, testenv.Options{Dir: filepath.Join(dir, "kube"), APIServerPort: p.APIServer, EtcdPort: p.Etcd}); err != nil {
+		return nil, err
+	}
+	if s.Kube, err = kube.New(s.Env.Config); err != nil {
+		return nil, err
+	}
+	if s.Token, err = s.webhookSecret(ctx); err != nil {
+		return nil, err
+	}
+	for _, c := range []string{Registry, Policy, Scan, Cron} {
+		if err := s.start(ctx, c); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// build compiles the three binaries of reflector into dir.
+func build(ctx context.Context, dir string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/scan", "./cmd/policy", "./cmd/cron")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building reflector: %v\n%s", err, out)
+	}
+	return nil
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("finding the module: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside reflector's module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// webhookSecret creates the namespace's webhook Secret, or reads the one an earlier run made.
+func (s *Stack) webhookSecret(ctx context.Context) (string, error) {
+	core := s.Kube.Core.CoreV1()
+	ns := s.opts.Namespace
+	if _, err := core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	sec, err := core.Secrets(ns).Get(ctx, "reflector-webhook", metav1.GetOptions{})
+	if err == nil {
+		return string(sec.Data["token"]), nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return "", err
+	}
+	b := make([]byte, 16)
+	rand.Read(b)
+	token := hex.EncodeToString(b)
+	_, err = core.Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "reflector-webhook", Namespace: ns},
+		Data:       map[string][]byte{"token": []byte(token)},
+	}, metav1.CreateOptions{})
+	return token, err
+}
+
+// command returns the command line and environment of a component.
+func (s *Stack) command(c string) (*exec.Cmd, string, error) {
+	d := s.opts.Dir
+	env := append(os.Environ(), "KUBECONFIG="+s.Env.Kubeconfig)
+	switch c {
+	case Registry:
+		cfg := filepath.Join(d, "registry", "config.yml")
+		if err := os.WriteFile(cfg, []byte(s.registryConfig()), 0o600); err != nil {
+			return nil, "", err
+		}
+		return exec.Command("docker-registry", "serve", cfg), "http://" + s.Registry + "/v2/", nil
+	case Scan:
+		cmd := exec.Command(filepath.Join(s.bins, "scan"))
+		cmd.Env = append(env, "PORT="+strconv.Itoa(s.opts.Ports.Scan),
+			"REFLECTOR_STORE_DIR="+filepath.Join(d, "store"), "K_SINK="+s.PolicyURL)
+		return cmd, s.ScanURL + "/healthz", nil
+	case Policy:
+		cmd := exec.Command(filepath.Join(s.bins, "policy"))
+		cmd.Env = append(env, "PORT="+strconv.Itoa(s.opts.Ports.Policy),
+			"REFLECTOR_STORE_DIR="+filepath.Join(d, "store"))
+		return cmd, s.PolicyURL + "/healthz", nil
+	case Cron:
+		cmd := exec.Command(filepath.Join(s.bins, "cron"), "--every="+s.opts.CronEvery.String(),
+			"--spread="+(s.opts.CronEvery/4).String(), "--scan-url="+s.ScanURL, "--policy-url="+s.PolicyURL)
+		cmd.Env = env
+		return cmd, "", nil
+	}
+	return nil, "", fmt.Errorf("unknown component %q", c)
+}
+
+// registryConfig is docker-registry's configuration: filesystem storage under the state
+// directory, and notifications of every push to the scan function's distribution receiver.
+func (s *Stack) registryConfig() string {
+	return fmt.Sprintf(`version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: %s
+  delete:
+    enabled: true
+http:
+  addr: %s
+notifications:
+  endpoints:
+    - name: reflector
+      url: %s/hook/distribution/%s
+      headers:
+        Authorization: [Bearer %s]
+      timeout: 2s
+      threshold: 3
+      backoff: %s
+`, filepath.Join(s.opts.Dir, "registry", "data"), s.Registry, s.ScanURL, s.opts.Namespace, s.Token, s.opts.NotifyBackoff)
+}
+
+func (s *Stack) start(ctx context.Context, c string) error {
+	cmd, ready, err := s.command(c)
+	if err != nil {
+		return err
+	}
+	logPath := filepath.Join(s.opts.Dir, "logs", c+".log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", c, err)
+	}
+	s.mu.Lock()
+	s.procs[c] = cmd
+	s.mu.Unlock()
+	if ready == "" {
+		return nil
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(ready)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode < 500 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s did not answer %s within 30s; its log is %s", c, ready, logPath)
+}
+
+// Kill stops a component with sig (SIGTERM for a clean stop, SIGKILL for a crash) and waits
+// until it has exited.
+func (s *Stack) Kill(c string, sig syscall.Signal) error {
+	s.mu.Lock()
+	cmd := s.procs[c]
+	delete(s.procs, c)
+	s.mu.Unlock()
+	if cmd == nil {
+		return fmt.Errorf("%s is not running", c)
+	}
+	_ = cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	return nil
+}
+
+// Restart starts a component that Kill stopped.
+func (s *Stack) Restart(ctx context.Context, c string) error {
+	return s.start(ctx, c)
+}
+
+// Log returns the path of a component's log.
+func (s *Stack) Log(c string) string {
+	return filepath.Join(s.opts.Dir, "logs", c+".log")
+}
+
+// Stop stops every process, the functions first so that they close the store cleanly.
+func (s *Stack) Stop() error {
+	for _, c := range []string{Cron, Scan, Policy, Registry} {
+		s.mu.Lock()
+		_, ok := s.procs[c]
+		s.mu.Unlock()
+		if ok {
+			_ = s.Kill(c, syscall.SIGTERM)
+		}
+	}
+	if s.Env != nil {
+		return s.Env.Stop()
+	}
+	return nil
+}
