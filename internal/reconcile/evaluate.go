@@ -1,0 +1,409 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/imagename"
+	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/policy"
+	"github.com/imagereflector/reflector/internal/registry"
+	"github.com/imagereflector/reflector/internal/store"
+)
+
+// Results of an evaluation, as PolicyOutcome.Result reports them.
+const (
+	// PolicySucceeded: the latest image was selected and written (Ready=True).
+	PolicySucceeded = "succeeded"
+	// PolicyUnchanged: nothing the result depends on changed since the last successful
+	// evaluation in this process, so nothing was read or written.
+	PolicyUnchanged = "unchanged"
+	// PolicySuspended: spec.suspend is set; nothing was written.
+	PolicySuspended = "suspended"
+	// PolicyNotFound: the ImagePolicy does not exist (any more).
+	PolicyNotFound = "not found"
+	// PolicyFailed: Ready=False with a reason that a later evaluation may clear.
+	PolicyFailed = "failed"
+	// PolicyStalled: Ready=False and Stalled=True; only a spec change helps.
+	PolicyStalled = "stalled"
+)
+
+// PolicyOutcome describes what one evaluation of an ImagePolicy did.
+type PolicyOutcome struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Result is one of the Policy* results.
+	Result string `json:"result"`
+	// Latest is status.latestRef after the evaluation.
+	Latest *v1.ImageRef `json:"latest,omitempty"`
+	// Changed tells that this evaluation changed latestRef; Previous is the ref it replaced.
+	Changed  bool         `json:"changed,omitempty"`
+	Previous *v1.ImageRef `json:"previous,omitempty"`
+	// Reason and Message are those of the Ready condition of a failed evaluation.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Duration is how long the evaluation took.
+	Duration time.Duration `json:"duration"`
+}
+
+// Defaults of an Evaluator whose fields are zero.
+const (
+	// DefaultStoreWait bounds the wait for a tag store that another process holds, when the
+	// caller's context allows longer.
+	DefaultStoreWait = 30 * time.Second
+	// DefaultEvaluateConcurrency is how many policies of one repository are evaluated at once.
+	DefaultEvaluateConcurrency = 8
+)
+
+// statusWriteTimeout bounds a status write. The write runs even when the caller's context has
+// ended (a store wait that ran out of time must still be reported in the status).
+const statusWriteTimeout = 15 * time.Second
+
+// Evaluator evaluates ImagePolicies: it reads the referenced repository's tags from the tag
+// store, selects the latest by the policy and writes the status as Flux's
+// image-reflector-controller does. It is the work of the policy function. One Evaluator serves a
+// whole process and is safe for concurrent use.
+//
+// It remembers, in memory, what each successful evaluation depended on (policy generation,
+// reconcile request, tag revision, image name) and skips an evaluation when none of it changed.
+// A restarted process has forgotten and simply evaluates again, which is harmless: an evaluation
+// whose result did not change writes nothing.
+type Evaluator struct {
+	Kube *kube.Client
+	// Store is the tag store, opened read-only.
+	Store *store.Store
+	// Registry resolves digests for digestReflectionPolicy IfNotPresent and Always.
+	Registry *registry.Client
+	// Sink receives a LatestChanged event whenever an evaluation changes a latestRef; nil sends
+	// none.
+	Sink Dispatcher
+	// Recorder receives Kubernetes Events; nil records none.
+	Recorder *kube.Recorder
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+	// Log receives one line per evaluation; nil means slog.Default().
+	Log *slog.Logger
+	// StoreWait bounds the wait for the tag store; zero means DefaultStoreWait.
+	StoreWait time.Duration
+	// Concurrency bounds the evaluations EvaluateRepository runs at once; zero means
+	// DefaultEvaluateConcurrency.
+	Concurrency int
+	// PageSize is the limit of each list call of EvaluateRepository; zero means 500.
+	PageSize int64
+
+	mu   sync.Mutex
+	done map[string]policyInputs
+}
+
+// policyInputs is what a successful evaluation depended on.
+type policyInputs struct {
+	uid        string
+	generation int64
+	request    string
+	revision   string
+	image      string
+}
+
+// Evaluate evaluates the ImagePolicy namespace/name. The outcome of the policy (success or a
+// failure that its status now reports) is in the PolicyOutcome; the error is about the
+// evaluator's own work (the API server or the tag store unreachable), after which the request
+// should be delivered again.
+func (e *Evaluator) Evaluate(ctx context.Context, namespace, name string) (PolicyOutcome, error) {
+	start := e.now()
+	pol, err := e.Kube.Policies.Get(ctx, namespace, name)
+	if apierrors.IsNotFound(err) {
+		e.forget(namespace, name)
+		out := PolicyOutcome{Namespace: namespace, Name: name, Result: PolicyNotFound}
+		return e.logged(out, start, nil)
+	}
+	if err != nil {
+		out := PolicyOutcome{Namespace: namespace, Name: name, Result: PolicyFailed}
+		return e.logged(out, start, fmt.Errorf("reading ImagePolicy %s/%s: %w", namespace, name, err))
+	}
+	w := e.newPolicyWorld(ctx)
+	defer w.close()
+	out, err := e.evaluate(ctx, w, pol)
+	return e.logged(out, start, err)
+}
+
+// logged finishes an outcome with its duration and logs it.
+func (e *Evaluator) logged(out PolicyOutcome, start time.Time, err error) (PolicyOutcome, error) {
+	out.Duration = e.now().Sub(start)
+	attrs := []any{"namespace", out.Namespace, "name", out.Name, "outcome", out.Result,
+		"duration", out.Duration}
+	if out.Latest != nil {
+		attrs = append(attrs, "latest", out.Latest.Tag)
+		if out.Latest.Digest != "" {
+			attrs = append(attrs, "digest", out.Latest.Digest)
+		}
+	}
+	if out.Changed {
+		attrs = append(attrs, "changed", true)
+	}
+	if out.Reason != "" {
+		attrs = append(attrs, "reason", out.Reason, "message", out.Message)
+	}
+	if err != nil {
+		e.log().Error("evaluated ImagePolicy", append(attrs, "error", err)...)
+	} else {
+		e.log().Info("evaluated ImagePolicy", attrs...)
+	}
+	return out, err
+}
+
+// evaluate evaluates pol, as read from the API server, against the world w.
+func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImagePolicy) (PolicyOutcome, error) {
+	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Latest: pol.Status.LatestRef}
+	if pol.Spec.Suspend || !pol.DeletionTimestamp.IsZero() {
+		out.Result = PolicySuspended
+		return out, nil
+	}
+	// The request acted upon is the one present now; a later one is handled by a later call.
+	token, _ := kube.ReconcileRequest(pol.Annotations)
+
+	repoNS, repoName := pol.RepositoryNamespace(), pol.Spec.ImageRepositoryRef.Name
+	repo, err := w.repository(ctx, repoNS, repoName)
+	if apierrors.IsNotFound(err) {
+		return e.fail(ctx, pol, token, v1.DependencyNotReadyReason, false, fmt.Errorf(
+			"failed to get the referred ImageRepository: referenced %s %s/%s does not exist",
+			v1.ImageRepositoryKind, repoNS, repoName))
+	}
+	if err != nil {
+		return out, fmt.Errorf("reading ImageRepository %s/%s: %w", repoNS, repoName, err)
+	}
+	if denied, err := w.accessDenied(ctx, pol, repo); err != nil {
+		return out, err
+	} else if denied != nil {
+		return e.fail(ctx, pol, token, v1.AccessDeniedReason, false, fmt.Errorf(
+			"failed to get the referred ImageRepository: access denied: %w", denied))
+	}
+	if _, err := imagename.Parse(repo.Spec.Image, repo.Spec.Insecure); err != nil {
+		return e.fail(ctx, pol, token, v1.ImageURLInvalidReason, true, err)
+	}
+	sel, err := policy.NewSelector(pol.Spec)
+	if err != nil {
+		return e.fail(ctx, pol, token, v1.InvalidPolicyReason, true, err)
+	}
+
+	key := StoreKey(repoNS, repoName)
+	rev, err := w.revision(key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return e.failNoTags(ctx, pol, token, repo)
+	case err != nil:
+		return e.failStore(ctx, pol, token, err)
+	}
+	inputs := policyInputs{uid: string(pol.UID), generation: pol.Generation, request: token,
+		revision: rev, image: repo.Spec.Image}
+	if e.unchanged(pol, inputs) {
+		out.Result = PolicyUnchanged
+		return out, nil
+	}
+	entry, err := w.entry(key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return e.failNoTags(ctx, pol, token, repo)
+	case err != nil:
+		return e.failStore(ctx, pol, token, err)
+	case len(entry.Tags) == 0:
+		return e.failNoTags(ctx, pol, token, repo)
+	}
+	inputs.revision = entry.Revision
+
+	tag, err := sel.Latest(entry.Tags)
+	if err != nil {
+		// No candidate, or a numerical tag that does not parse: Flux's "Failure".
+		return e.fail(ctx, pol, token, v1.FailureReason, false, err)
+	}
+	latest := &v1.ImageRef{Name: repo.Spec.Image, Tag: tag}
+	if latest.Digest, err = e.digest(ctx, pol, repo, latest); err != nil {
+		return e.fail(ctx, pol, token, registry.Reason(err), registry.Stalled(err), fmt.Errorf(
+			"failed fetching digest of %s: %w", latest.String(), err))
+	}
+	return e.succeed(ctx, pol, token, latest, inputs)
+}
+
+// digest returns the digest that latestRef gets under the policy's digestReflectionPolicy:
+// none for Never; the current one for IfNotPresent when the image is the same and already has
+// one; otherwise the registry's answer to a HEAD with the repository's credentials and timeout.
+func (e *Evaluator) digest(ctx context.Context, pol *v1.ImagePolicy, repo *v1.ImageRepository, latest *v1.ImageRef) (string, error) {
+	switch pol.GetDigestReflectionPolicy() {
+	case v1.ReflectNever:
+		return "", nil
+	case v1.ReflectIfNotPresent:
+		if old := pol.Status.LatestRef; old != nil && old.Name == latest.Name && old.Tag == latest.Tag && old.Digest != "" {
+			return old.Digest, nil
+		}
+	}
+	scan, err := e.Registry.Prepare(ctx, e.Kube.Core, repo)
+	if err != nil {
+		return "", err
+	}
+	defer scan.Close()
+	return scan.Head(ctx, latest.Tag)
+}
+
+// succeed writes a successful evaluation: latestRef (and observedPreviousRef when it changes)
+// and Ready=True with Flux's message.
+func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token string, latest *v1.ImageRef, inputs policyInputs) (PolicyOutcome, error) {
+	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicySucceeded, Latest: latest}
+	var wasReady bool
+	wctx, cancel := writeContext(ctx)
+	defer cancel()
+	updated, err := e.Kube.Policies.UpdateStatus(wctx, pol.Namespace, pol.Name, func(p *v1.ImagePolicy) error {
+		st := &p.Status
+		wasReady = apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition)
+		out.Changed, out.Previous = false, nil
+		if st.LatestRef == nil || *st.LatestRef != *latest {
+			out.Changed, out.Previous = true, st.LatestRef
+			st.ObservedPreviousRef = st.LatestRef
+			ref := *latest
+			st.LatestRef = &ref
+		}
+		st.ObservedGeneration = pol.Generation
+		if token != "" {
+			st.LastHandledReconcileAt = token
+		}
+		markSucceeded(&st.Conditions, pol.Generation, readyMessage(st))
+		return nil
+	})
+	if err != nil {
+		out.Result, out.Latest = PolicyFailed, pol.Status.LatestRef
+		return out, fmt.Errorf("writing the status of ImagePolicy %s/%s: %w", pol.Namespace, pol.Name, err)
+	}
+	e.remember(pol, inputs)
+	if out.Changed || !wasReady {
+		e.Recorder.Normal(updated, v1.SucceededReason, readyMessage(&updated.Status))
+	}
+	if out.Changed && e.Sink != nil {
+		data := events.LatestChanged{Namespace: pol.Namespace, Name: pol.Name, Previous: out.Previous, Latest: latest}
+		if err := e.Sink.Send(ctx, events.TypeLatestChanged, pol.Namespace+"/"+pol.Name, data); err != nil {
+			// The status holds the change; the sink's consumers catch up from it.
+			e.log().Warn("announcing a new latest image", "namespace", pol.Namespace, "name", pol.Name,
+				"latest", latest.String(), "error", err)
+		}
+	}
+	return out, nil
+}
+
+// readyMessage is Flux's Ready message of a resolved ImagePolicy.
+func readyMessage(st *v1.ImagePolicyStatus) string {
+	latest := st.LatestRef
+	msg := fmt.Sprintf("Latest image tag for %s resolved to %s", latest.Name, latest.Tag)
+	if latest.Digest != "" {
+		msg += " with digest " + latest.Digest
+	}
+	if prev := st.ObservedPreviousRef; prev != nil && *prev != *latest {
+		msg += fmt.Sprintf(" (previously %s:%s", prev.Name, prev.Tag)
+		if prev.Digest != "" {
+			msg += "@" + prev.Digest
+		}
+		msg += ")"
+	}
+	return msg
+}
+
+// fail writes a failed evaluation, leaving latestRef and observedPreviousRef as they are.
+func (e *Evaluator) fail(ctx context.Context, pol *v1.ImagePolicy, token, reason string, stalled bool, cause error) (PolicyOutcome, error) {
+	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicyFailed,
+		Latest: pol.Status.LatestRef, Reason: reason, Message: cause.Error()}
+	if stalled {
+		out.Result = PolicyStalled
+	}
+	wctx, cancel := writeContext(ctx)
+	defer cancel()
+	updated, err := e.Kube.Policies.UpdateStatus(wctx, pol.Namespace, pol.Name, func(p *v1.ImagePolicy) error {
+		p.Status.ObservedGeneration = pol.Generation
+		if token != "" {
+			p.Status.LastHandledReconcileAt = token
+		}
+		if stalled {
+			markStalled(&p.Status.Conditions, pol.Generation, reason, out.Message)
+		} else {
+			markFailed(&p.Status.Conditions, pol.Generation, reason, out.Message)
+		}
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("writing the failure of ImagePolicy %s/%s (%s): %w", pol.Namespace, pol.Name, out.Message, err)
+	}
+	out.Latest = updated.Status.LatestRef
+	e.Recorder.Warning(updated, reason, out.Message)
+	return out, nil
+}
+
+// failNoTags reports a repository without stored tags. It never touches latestRef: an empty or
+// lost store (a restart, a fresh volume) must not look like a repository without images.
+func (e *Evaluator) failNoTags(ctx context.Context, pol *v1.ImagePolicy, token string, repo *v1.ImageRepository) (PolicyOutcome, error) {
+	return e.fail(ctx, pol, token, v1.DependencyNotReadyReason, false, fmt.Errorf(
+		"no tags in the tag store for %s %s/%s: it has not been scanned yet",
+		v1.ImageRepositoryKind, repo.Namespace, repo.Name))
+}
+
+// failStore reports a tag store that could not be read and returns the read error as well, so
+// that the request is delivered again.
+func (e *Evaluator) failStore(ctx context.Context, pol *v1.ImagePolicy, token string, cause error) (PolicyOutcome, error) {
+	out, err := e.fail(ctx, pol, token, v1.ReadOperationFailedReason, false, fmt.Errorf(
+		"failed to read tags from the tag store: %w", cause))
+	return out, errors.Join(fmt.Errorf("ImagePolicy %s/%s: %w", pol.Namespace, pol.Name, cause), err)
+}
+
+// writeContext returns the context of a status write: it outlives a caller that gave up, so
+// that what happened is recorded, but not by long.
+func writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), statusWriteTimeout)
+}
+
+// unchanged tells whether pol was last evaluated successfully, by this process, from the same
+// inputs, and its status still shows that result. A policy that reflects digests Always is never
+// unchanged: the registry may have moved its tag.
+func (e *Evaluator) unchanged(pol *v1.ImagePolicy, in policyInputs) bool {
+	st := &pol.Status
+	if pol.GetDigestReflectionPolicy() == v1.ReflectAlways || st.LatestRef == nil ||
+		st.ObservedGeneration != pol.Generation || st.LastHandledReconcileAt != in.request && in.request != "" ||
+		!apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition) {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	last, ok := e.done[StoreKey(pol.Namespace, pol.Name)]
+	return ok && last == in
+}
+
+func (e *Evaluator) remember(pol *v1.ImagePolicy, in policyInputs) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done == nil {
+		e.done = map[string]policyInputs{}
+	}
+	e.done[StoreKey(pol.Namespace, pol.Name)] = in
+}
+
+func (e *Evaluator) forget(namespace, name string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.done, StoreKey(namespace, name))
+}
+
+func (e *Evaluator) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now()
+}
+
+func (e *Evaluator) log() *slog.Logger {
+	if e.Log != nil {
+		return e.Log
+	}
+	return slog.Default()
+}

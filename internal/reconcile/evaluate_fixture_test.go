@@ -1,0 +1,310 @@
+package reconcile_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/registry"
+	"github.com/imagereflector/reflector/internal/store"
+	"github.com/imagereflector/reflector/internal/testenv"
+)
+
+// evalFixture is a real apiserver and Badger directory, a read-write Store that plays the scan
+// function, and an Evaluator that reads the directory through a read-only Store, records Events
+// through a real Recorder and announces new latest images to a real CloudEvents sink.
+type evalFixture struct {
+	env    *testenv.Env
+	ns     string
+	dir    string
+	kube   *kube.Client
+	writer *store.Store
+	reader *store.Store
+	rec    *kube.Recorder
+	sink   *latestSink
+	logs   *syncBuffer
+	ev     *reconcile.Evaluator
+}
+
+func newEvalFixture(t testing.TB) *evalFixture {
+	t.Helper()
+	env := testenv.Kube(t)
+	c, err := kube.New(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	f := &evalFixture{
+		env: env, ns: env.Namespace(t), dir: dir, kube: c,
+		writer: store.New(dir, store.WithLinger(0)),
+		reader: store.New(dir, store.ReadOnly()),
+		rec:    kube.NewRecorder(c.Core, "reflector-policy"),
+		sink:   newLatestSink(t, http.StatusAccepted),
+		logs:   &syncBuffer{},
+	}
+	t.Cleanup(func() {
+		f.rec.Shutdown()
+		f.reader.Close()
+		f.writer.Close()
+	})
+	f.ev = f.evaluator(t)
+	return f
+}
+
+// evaluator returns a new Evaluator over the fixture, as a restarted process would have.
+func (f *evalFixture) evaluator(t testing.TB) *reconcile.Evaluator {
+	t.Helper()
+	return &reconcile.Evaluator{
+		Kube: f.kube, Store: f.reader, Registry: registry.New(registry.WithRateLimit(0, 0)),
+		Sink: f.sink.sender(t), Recorder: f.rec,
+		Log: slog.New(slog.NewJSONHandler(f.logs, nil)),
+	}
+}
+
+// repo creates an ImageRepository of image in namespace ns.
+func (f *evalFixture) repo(t testing.TB, ns, name, image string, edits ...func(*v1.ImageRepository)) {
+	t.Helper()
+	r := &v1.ImageRepository{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1.ImageRepositorySpec{
+			Image:    image,
+			Interval: metav1.Duration{Duration: time.Hour},
+			Timeout:  &metav1.Duration{Duration: 20 * time.Second},
+		},
+	}
+	for _, e := range edits {
+		e(r)
+	}
+	if _, err := f.kube.Repositories.Create(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// policy creates an ImagePolicy in namespace ns.
+func (f *evalFixture) policy(t testing.TB, ns, name string, spec v1.ImagePolicySpec) *v1.ImagePolicy {
+	t.Helper()
+	p, err := f.kube.Policies.Create(context.Background(), &v1.ImagePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// edit changes the spec of a policy, which raises its generation.
+func (f *evalFixture) edit(t testing.TB, ns, name string, change func(*v1.ImagePolicySpec)) {
+	t.Helper()
+	p := f.get(t, ns, name)
+	change(&p.Spec)
+	if _, err := f.kube.Policies.Update(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// put stores tags for the repository ns/name, as a scan does.
+func (f *evalFixture) put(t testing.TB, ns, name string, tags ...string) {
+	t.Helper()
+	if _, _, err := f.writer.Put(context.Background(), reconcile.StoreKey(ns, name), tags, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// seed writes a latestRef into the status of a policy, as an earlier evaluation would have.
+func (f *evalFixture) seed(t testing.TB, ns, name string, ref *v1.ImageRef) {
+	t.Helper()
+	_, err := f.kube.Policies.UpdateStatus(context.Background(), ns, name, func(p *v1.ImagePolicy) error {
+		p.Status.LatestRef = ref
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *evalFixture) get(t testing.TB, ns, name string) *v1.ImagePolicy {
+	t.Helper()
+	p, err := f.kube.Policies.Get(context.Background(), ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (f *evalFixture) evaluate(t testing.TB, ns, name string) reconcile.PolicyOutcome {
+	t.Helper()
+	out, err := f.ev.Evaluate(context.Background(), ns, name)
+	if err != nil {
+		t.Fatalf("Evaluate(%s/%s): %v", ns, name, err)
+	}
+	return out
+}
+
+// waitEvent waits for a Kubernetes Event about the policy ns/name of the given type whose
+// message contains msg.
+func (f *evalFixture) waitEvent(t testing.TB, ns, name, typ, reason, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var seen []string
+	for time.Now().Before(deadline) {
+		list, err := f.kube.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+			FieldSelector: "involvedObject.name=" + name,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = seen[:0]
+		for _, e := range list.Items {
+			if e.InvolvedObject.Kind == v1.ImagePolicyKind && e.Type == typ && e.Reason == reason && strings.Contains(e.Message, msg) {
+				return
+			}
+			seen = append(seen, e.Type+" "+e.Reason+": "+e.Message)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("no %s event %s %q about %s/%s; saw %q", typ, reason, msg, ns, name, seen)
+}
+
+// checkReady checks the Ready, Reconciling and Stalled conditions of a policy as Flux's
+// conventions set them for the given outcome.
+func checkReady(t testing.TB, p *v1.ImagePolicy, status metav1.ConditionStatus, reason, msg string, stalled bool) {
+	t.Helper()
+	ready := apimeta.FindStatusCondition(p.Status.Conditions, v1.ReadyCondition)
+	if ready == nil {
+		t.Fatalf("%s: no Ready condition: %+v", p.Name, p.Status)
+	}
+	if ready.Status != status || ready.Reason != reason || !strings.Contains(ready.Message, msg) {
+		t.Errorf("%s: Ready = %s %s %q, want %s %s containing %q", p.Name, ready.Status, ready.Reason, ready.Message, status, reason, msg)
+	}
+	if ready.ObservedGeneration != p.Generation || p.Status.ObservedGeneration != p.Generation {
+		t.Errorf("%s: observed generation %d (Ready %d), want %d", p.Name, p.Status.ObservedGeneration, ready.ObservedGeneration, p.Generation)
+	}
+	gotStalled := apimeta.IsStatusConditionTrue(p.Status.Conditions, v1.StalledCondition)
+	gotReconciling := apimeta.IsStatusConditionTrue(p.Status.Conditions, v1.ReconcilingCondition)
+	if gotStalled != stalled {
+		t.Errorf("%s: Stalled = %v, want %v", p.Name, gotStalled, stalled)
+	}
+	if wantReconciling := status == metav1.ConditionFalse && !stalled; gotReconciling != wantReconciling {
+		t.Errorf("%s: Reconciling = %v, want %v", p.Name, gotReconciling, wantReconciling)
+	}
+}
+
+func sameRef(a, b *v1.ImageRef) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func refString(r *v1.ImageRef) string {
+	if r == nil {
+		return "<nil>"
+	}
+	return r.String()
+}
+
+func semver(r string) v1.ImagePolicyChoice {
+	return v1.ImagePolicyChoice{SemVer: &v1.SemVerPolicy{Range: r}}
+}
+
+func alphabetical(order string) v1.ImagePolicyChoice {
+	return v1.ImagePolicyChoice{Alphabetical: &v1.AlphabeticalPolicy{Order: order}}
+}
+
+func numerical(order string) v1.ImagePolicyChoice {
+	return v1.ImagePolicyChoice{Numerical: &v1.NumericalPolicy{Order: order}}
+}
+
+func refTo(name string) v1.NamespacedObjectReference {
+	return v1.NamespacedObjectReference{Name: name}
+}
+
+// latestSink is a real CloudEvents receiver that records LatestChanged events and answers
+// with a fixed status.
+type latestSink struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	got  []events.LatestChanged
+	code int
+}
+
+func newLatestSink(t testing.TB, code int) *latestSink {
+	t.Helper()
+	s := &latestSink{code: code}
+	accept := events.Handler(func(_ context.Context, e cloudevents.Event) error {
+		if e.Type() != events.TypeLatestChanged {
+			return events.ErrRejected
+		}
+		var data events.LatestChanged
+		if err := events.Decode(e, &data); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.got = append(s.got, data)
+		s.mu.Unlock()
+		return nil
+	})
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.code != http.StatusAccepted {
+			http.Error(w, "refused", s.code)
+			return
+		}
+		accept.ServeHTTP(w, r)
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *latestSink) sender(t testing.TB) *events.Sender {
+	t.Helper()
+	snd, err := events.NewSender(s.srv.URL, events.SourcePolicy, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snd
+}
+
+// about returns the events received about the policy ns/name, in order.
+func (s *latestSink) about(ns, name string) []events.LatestChanged {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []events.LatestChanged
+	for _, e := range s.got {
+		if e.Namespace == ns && e.Name == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// syncBuffer collects log output written from concurrent evaluations.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

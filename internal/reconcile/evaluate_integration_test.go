@@ -1,0 +1,636 @@
+package reconcile_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/store"
+	"github.com/imagereflector/reflector/internal/testenv"
+)
+
+// TestEvaluateIntegrationRules is the specification of one evaluation: each case is a
+// repository (or none), its stored tags (or none), a policy whose status already holds a
+// latestRef, and the status the evaluation must leave.
+func TestEvaluateIntegrationRules(t *testing.T) {
+	f := newEvalFixture(t)
+	const image = "ghcr.io/org/app"
+	prior := func() *v1.ImageRef { return &v1.ImageRef{Name: image, Tag: "0.0.1"} }
+	for _, tc := range []struct {
+		name    string
+		image   string // "" means image
+		noRepo  bool
+		tags    []string // nil means no store entry
+		spec    v1.ImagePolicySpec
+		result  string
+		tag     string // the new latest tag; "" means the prior one is kept
+		reason  string
+		message string
+		stalled bool
+	}{
+		{name: "semver", tags: []string{"1.0.0", "1.2.0", "2.0.0-rc.1", "latest"},
+			spec:   v1.ImagePolicySpec{Policy: semver(">=1.0.0")},
+			result: reconcile.PolicySucceeded, tag: "1.2.0", reason: v1.SucceededReason,
+			message: "Latest image tag for ghcr.io/org/app resolved to 1.2.0 (previously ghcr.io/org/app:0.0.1)"},
+		{name: "semver-prerelease", tags: []string{"1.0.0", "1.2.0", "2.0.0-rc.1"},
+			spec:   v1.ImagePolicySpec{Policy: semver(">=1.0.0-0")},
+			result: reconcile.PolicySucceeded, tag: "2.0.0-rc.1", reason: v1.SucceededReason,
+			message: "resolved to 2.0.0-rc.1 (previously"},
+		{name: "alphabetical-desc", tags: []string{"beta", "alpha", "gamma"},
+			spec:   v1.ImagePolicySpec{Policy: alphabetical(v1.OrderDesc)},
+			result: reconcile.PolicySucceeded, tag: "alpha", reason: v1.SucceededReason, message: "resolved to alpha"},
+		{name: "numerical", tags: []string{"1", "10", "9"},
+			spec:   v1.ImagePolicySpec{Policy: numerical(v1.OrderAsc)},
+			result: reconcile.PolicySucceeded, tag: "10", reason: v1.SucceededReason, message: "resolved to 10"},
+		{name: "filter-extract", tags: []string{"main-3-abc", "main-10-def", "dev-20-xyz"},
+			spec: v1.ImagePolicySpec{Policy: numerical(v1.OrderAsc),
+				FilterTags: &v1.TagFilter{Pattern: `^main-(?P<n>\d+)-`, Extract: "$n"}},
+			result: reconcile.PolicySucceeded, tag: "main-10-def", reason: v1.SucceededReason, message: "resolved to main-10-def"},
+		{name: "missing-repository", noRepo: true, tags: []string{"1.0.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver("*")},
+			result: reconcile.PolicyFailed, reason: v1.DependencyNotReadyReason, message: "does not exist"},
+		{name: "never-scanned",
+			spec:   v1.ImagePolicySpec{Policy: semver("*")},
+			result: reconcile.PolicyFailed, reason: v1.DependencyNotReadyReason, message: "no tags in the tag store"},
+		{name: "no-tags", tags: []string{},
+			spec:   v1.ImagePolicySpec{Policy: semver("*")},
+			result: reconcile.PolicyFailed, reason: v1.DependencyNotReadyReason, message: "no tags in the tag store"},
+		{name: "no-candidates", tags: []string{"1.0.0", "1.2.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver(">=5.0.0")},
+			result: reconcile.PolicyFailed, reason: v1.FailureReason, message: "no candidate tags"},
+		{name: "filter-drops-all", tags: []string{"1.0.0", "1.2.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver("*"), FilterTags: &v1.TagFilter{Pattern: "^release-"}},
+			result: reconcile.PolicyFailed, reason: v1.FailureReason, message: "matches filterTags pattern"},
+		{name: "numerical-unparsable", tags: []string{"1", "2", "two"},
+			spec:   v1.ImagePolicySpec{Policy: numerical(v1.OrderAsc)},
+			result: reconcile.PolicyFailed, reason: v1.FailureReason, message: `"two"`},
+		{name: "invalid-range", tags: []string{"1.0.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver("not a range")},
+			result: reconcile.PolicyStalled, reason: v1.InvalidPolicyReason, message: "invalid policy", stalled: true},
+		{name: "invalid-pattern", tags: []string{"1.0.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver("*"), FilterTags: &v1.TagFilter{Pattern: "("}},
+			result: reconcile.PolicyStalled, reason: v1.InvalidPolicyReason, message: "invalid policy", stalled: true},
+		{name: "invalid-image", image: "https://ghcr.io/org/app", tags: []string{"1.0.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver("*")},
+			result: reconcile.PolicyStalled, reason: v1.ImageURLInvalidReason, message: "URL scheme", stalled: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img := image
+			if tc.image != "" {
+				img = tc.image
+			}
+			if !tc.noRepo {
+				f.repo(t, f.ns, tc.name, img)
+			}
+			if tc.tags != nil {
+				f.put(t, f.ns, tc.name, tc.tags...)
+			}
+			spec := tc.spec
+			spec.ImageRepositoryRef = refTo(tc.name)
+			f.policy(t, f.ns, tc.name, spec)
+			f.seed(t, f.ns, tc.name, prior())
+
+			out := f.evaluate(t, f.ns, tc.name)
+			p := f.get(t, f.ns, tc.name)
+			if out.Result != tc.result {
+				t.Errorf("result %q, want %q (%s)", out.Result, tc.result, out.Message)
+			}
+			status := metav1.ConditionFalse
+			if tc.tag != "" {
+				status = metav1.ConditionTrue
+			}
+			checkReady(t, p, status, tc.reason, tc.message, tc.stalled)
+			want := prior()
+			if tc.tag != "" {
+				want = &v1.ImageRef{Name: img, Tag: tc.tag}
+				if !sameRef(p.Status.ObservedPreviousRef, prior()) {
+					t.Errorf("observedPreviousRef %s, want %s", refString(p.Status.ObservedPreviousRef), prior())
+				}
+			} else if p.Status.ObservedPreviousRef != nil {
+				t.Errorf("a failure set observedPreviousRef %s", refString(p.Status.ObservedPreviousRef))
+			}
+			if !sameRef(p.Status.LatestRef, want) || !sameRef(out.Latest, want) {
+				t.Errorf("latestRef %s (outcome %s), want %s", refString(p.Status.LatestRef), refString(out.Latest), want)
+			}
+			if tc.tag == "" {
+				f.waitEvent(t, f.ns, tc.name, corev1.EventTypeWarning, tc.reason, tc.message)
+			} else {
+				f.waitEvent(t, f.ns, tc.name, corev1.EventTypeNormal, v1.SucceededReason, tc.message)
+			}
+		})
+	}
+}
+
+// TestEvaluateIntegrationCrossNamespace checks accessFrom: a policy may use a repository of
+// another namespace only when one of the repository's namespace selectors matches the labels of
+// the policy's namespace, and the decision follows the labels as they change.
+func TestEvaluateIntegrationCrossNamespace(t *testing.T) {
+	f := newEvalFixture(t)
+	ctx := context.Background()
+	blue := f.env.Namespace(t, map[string]string{"team": "blue"})
+	red := f.env.Namespace(t, map[string]string{"team": "red"})
+	f.repo(t, f.ns, "open", "ghcr.io/org/open", func(r *v1.ImageRepository) {
+		r.Spec.AccessFrom = &v1.AccessFrom{NamespaceSelectors: []v1.NamespaceSelector{{}}}
+	})
+	f.repo(t, f.ns, "blue-only", "ghcr.io/org/blue", func(r *v1.ImageRepository) {
+		r.Spec.AccessFrom = &v1.AccessFrom{NamespaceSelectors: []v1.NamespaceSelector{
+			{MatchLabels: map[string]string{"team": "green"}},
+			{MatchLabels: map[string]string{"team": "blue"}},
+		}}
+	})
+	f.repo(t, f.ns, "closed", "ghcr.io/org/closed")
+	for _, r := range []string{"open", "blue-only", "closed"} {
+		f.put(t, f.ns, r, "1.0.0", "1.1.0")
+	}
+	ref := func(name string) v1.ImagePolicySpec {
+		return v1.ImagePolicySpec{ImageRepositoryRef: v1.NamespacedObjectReference{Namespace: f.ns, Name: name}, Policy: semver("1.x")}
+	}
+	for _, tc := range []struct {
+		ns, repo string
+		allowed  bool
+		message  string
+	}{
+		{ns: blue, repo: "blue-only", allowed: true},
+		{ns: red, repo: "blue-only", message: "can't be accessed due to ACL labels mismatch on namespace '" + red + "'"},
+		{ns: red, repo: "closed", message: "can't be accessed due to missing ACL labels on 'accessFrom'"},
+		{ns: red, repo: "open", allowed: true},
+	} {
+		f.policy(t, tc.ns, tc.repo, ref(tc.repo))
+		out := f.evaluate(t, tc.ns, tc.repo)
+		p := f.get(t, tc.ns, tc.repo)
+		if tc.allowed {
+			checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false)
+			continue
+		}
+		if out.Result != reconcile.PolicyFailed || out.Reason != v1.AccessDeniedReason {
+			t.Errorf("%s/%s: outcome %+v", tc.ns, tc.repo, out)
+		}
+		checkReady(t, p, metav1.ConditionFalse, v1.AccessDeniedReason, tc.message, false)
+		if p.Status.LatestRef != nil {
+			t.Errorf("%s/%s: denied access gave latestRef %s", tc.ns, tc.repo, p.Status.LatestRef)
+		}
+	}
+
+	// Relabelling the namespace grants access on the next evaluation.
+	patch := []byte(`{"metadata":{"labels":{"team":"blue"}}}`)
+	if _, err := f.kube.Core.CoreV1().Namespaces().Patch(ctx, red, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := f.evaluate(t, red, "blue-only"); out.Result != reconcile.PolicySucceeded {
+		t.Errorf("after relabelling: %+v", out)
+	}
+	checkReady(t, f.get(t, red, "blue-only"), metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false)
+}
+
+// TestEvaluateIntegrationPolicyEdited follows a policy from its first resolution through an
+// edit from semver to alphabetical: latestRef, observedPreviousRef, Flux's messages, the
+// Kubernetes Events and the LatestChanged CloudEvents.
+func TestEvaluateIntegrationPolicyEdited(t *testing.T) {
+	f := newEvalFixture(t)
+	f.repo(t, f.ns, "app", "ghcr.io/org/app")
+	f.put(t, f.ns, "app", "1.0.0", "1.5.0", "2.0.0", "zeta", "alpha")
+	created := f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver(">=1.0.0")})
+
+	out := f.evaluate(t, f.ns, "app")
+	first := &v1.ImageRef{Name: "ghcr.io/org/app", Tag: "2.0.0"}
+	if !out.Changed || out.Previous != nil || !sameRef(out.Latest, first) {
+		t.Errorf("first evaluation: %+v", out)
+	}
+	p := f.get(t, f.ns, "app")
+	checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, "", false)
+	if msg := p.Status.Conditions[0].Message; msg != "Latest image tag for ghcr.io/org/app resolved to 2.0.0" {
+		t.Errorf("message %q", msg)
+	}
+	if p.Status.ObservedPreviousRef != nil || p.Status.ObservedGeneration != created.Generation {
+		t.Errorf("status after first evaluation: %+v", p.Status)
+	}
+
+	f.edit(t, f.ns, "app", func(s *v1.ImagePolicySpec) { s.Policy = alphabetical("") })
+	out = f.evaluate(t, f.ns, "app")
+	second := &v1.ImageRef{Name: "ghcr.io/org/app", Tag: "zeta"}
+	if !out.Changed || !sameRef(out.Previous, first) || !sameRef(out.Latest, second) {
+		t.Errorf("after the edit: %+v", out)
+	}
+	p = f.get(t, f.ns, "app")
+	const msg = "Latest image tag for ghcr.io/org/app resolved to zeta (previously ghcr.io/org/app:2.0.0)"
+	checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, msg, false)
+	if p.Generation == created.Generation || !sameRef(p.Status.LatestRef, second) || !sameRef(p.Status.ObservedPreviousRef, first) {
+		t.Errorf("status after the edit: generation %d, %+v", p.Generation, p.Status)
+	}
+	f.waitEvent(t, f.ns, "app", corev1.EventTypeNormal, v1.SucceededReason, msg)
+
+	got := f.sink.about(f.ns, "app")
+	if len(got) != 2 || got[0].Previous != nil || !sameRef(got[0].Latest, first) ||
+		!sameRef(got[1].Previous, first) || !sameRef(got[1].Latest, second) {
+		t.Errorf("LatestChanged events: %+v", got)
+	}
+
+	// The same result again changes nothing and announces nothing.
+	f.edit(t, f.ns, "app", func(s *v1.ImagePolicySpec) { s.FilterTags = &v1.TagFilter{Pattern: "^[a-z]"} })
+	if out := f.evaluate(t, f.ns, "app"); out.Changed || out.Result != reconcile.PolicySucceeded {
+		t.Errorf("re-evaluation with the same result: %+v", out)
+	}
+	if got := f.sink.about(f.ns, "app"); len(got) != 2 {
+		t.Errorf("%d LatestChanged events, want still 2", len(got))
+	}
+}
+
+// TestEvaluateIntegrationDigestReflection resolves digests against a real registry under the
+// three digestReflectionPolicy values, including a tag that moves to a new image.
+func TestEvaluateIntegrationDigestReflection(t *testing.T) {
+	f := newEvalFixture(t)
+	ctx := context.Background()
+	reg := testenv.NewRegistry(t)
+	reg.Push(t, "app", "1.0.0")
+	d1 := reg.Push(t, "app", "1.1.0")
+	image := reg.Image("app")
+	f.repo(t, f.ns, "app", image, func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	heads := func() int {
+		n := 0
+		for _, r := range reg.Requests() {
+			if r.Method == http.MethodHead && strings.Contains(r.URI, "/manifests/") {
+				n++
+			}
+		}
+		return n
+	}
+	spec := func(p v1.ReflectionPolicy) v1.ImagePolicySpec {
+		s := v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("1.x"), DigestReflectionPolicy: p}
+		if p == v1.ReflectAlways {
+			s.Interval = &metav1.Duration{Duration: time.Minute}
+		}
+		return s
+	}
+	for _, p := range []v1.ReflectionPolicy{v1.ReflectNever, v1.ReflectIfNotPresent, v1.ReflectAlways} {
+		f.policy(t, f.ns, strings.ToLower(string(p)), spec(p))
+	}
+	latest := func(name string) *v1.ImageRef { return f.get(t, f.ns, name).Status.LatestRef }
+	want := func(digest string) *v1.ImageRef { return &v1.ImageRef{Name: image, Tag: "1.1.0", Digest: digest} }
+
+	for name, digest := range map[string]string{"never": "", "ifnotpresent": d1, "always": d1} {
+		before := heads()
+		f.evaluate(t, f.ns, name)
+		if got := latest(name); !sameRef(got, want(digest)) {
+			t.Errorf("%s: latestRef %s, want %s", name, refString(got), want(digest))
+		}
+		if wantHeads := map[bool]int{true: 0, false: 1}[digest == ""]; heads()-before != wantHeads {
+			t.Errorf("%s: %d HEAD requests, want %d", name, heads()-before, wantHeads)
+		}
+	}
+	checkReady(t, f.get(t, f.ns, "always"), metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0 with digest "+d1, false)
+
+	// 1.1.0 moves to a new image; the tag list is the same.
+	d2 := reg.Push(t, "app", "1.1.0")
+	before := heads()
+	for _, name := range []string{"never", "ifnotpresent"} {
+		if out := f.evaluate(t, f.ns, name); out.Result != reconcile.PolicyUnchanged {
+			t.Errorf("%s with unchanged tags: %+v", name, out)
+		}
+	}
+	// A reconcile request evaluates again, but IfNotPresent keeps the digest it has.
+	if _, err := f.kube.Policies.RequestReconcile(ctx, f.ns, "ifnotpresent", kube.RequestToken(time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if out := f.evaluate(t, f.ns, "ifnotpresent"); out.Result != reconcile.PolicySucceeded || out.Changed {
+		t.Errorf("ifnotpresent on request: %+v", out)
+	}
+	if heads() != before {
+		t.Errorf("%d HEAD requests for Never and IfNotPresent with a digest, want 0", heads()-before)
+	}
+	if got := latest("ifnotpresent"); !sameRef(got, want(d1)) {
+		t.Errorf("ifnotpresent: latestRef %s, want the old digest", refString(got))
+	}
+	out := f.evaluate(t, f.ns, "always")
+	if !out.Changed || !sameRef(out.Latest, want(d2)) || !sameRef(out.Previous, want(d1)) || heads() != before+1 {
+		t.Errorf("always after the move: %+v, %d HEAD requests", out, heads()-before)
+	}
+	checkReady(t, f.get(t, f.ns, "always"), metav1.ConditionTrue, v1.SucceededReason,
+		"resolved to 1.1.0 with digest "+d2+" (previously "+image+":1.1.0@"+d1+")", false)
+	if got := f.sink.about(f.ns, "always"); len(got) != 2 || !sameRef(got[1].Latest, want(d2)) {
+		t.Errorf("LatestChanged events of always: %+v", got)
+	}
+
+	// Switching to Never removes the digest.
+	f.edit(t, f.ns, "always", func(s *v1.ImagePolicySpec) { s.DigestReflectionPolicy, s.Interval = v1.ReflectNever, nil })
+	if out := f.evaluate(t, f.ns, "always"); !out.Changed || !sameRef(out.Latest, want("")) {
+		t.Errorf("always switched to Never: %+v", out)
+	}
+
+	// A new latest tag gets its digest under IfNotPresent.
+	d3 := reg.Push(t, "app", "1.2.0")
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0", "1.2.0")
+	out = f.evaluate(t, f.ns, "ifnotpresent")
+	if wantRef := (&v1.ImageRef{Name: image, Tag: "1.2.0", Digest: d3}); !out.Changed || !sameRef(out.Latest, wantRef) {
+		t.Errorf("ifnotpresent with a new tag: %+v", out)
+	}
+}
+
+// TestEvaluateIntegrationDigestFailureKeepsLatestRef: a HEAD that the registry refuses leaves
+// the status's latestRef alone and reports the registry's failure.
+func TestEvaluateIntegrationDigestFailureKeepsLatestRef(t *testing.T) {
+	f := newEvalFixture(t)
+	reg := testenv.NewRegistry(t)
+	d := reg.Push(t, "app", "1.0.0")
+	f.repo(t, f.ns, "app", reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+	f.put(t, f.ns, "app", "1.0.0", "2.0.0")
+	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("1.x"),
+		DigestReflectionPolicy: v1.ReflectIfNotPresent})
+	f.evaluate(t, f.ns, "app")
+	f.edit(t, f.ns, "app", func(s *v1.ImagePolicySpec) { s.Policy = semver("*") })
+
+	out := f.evaluate(t, f.ns, "app")
+	p := f.get(t, f.ns, "app")
+	wantRef := &v1.ImageRef{Name: reg.Image("app"), Tag: "1.0.0", Digest: d}
+	if out.Result != reconcile.PolicyFailed || !sameRef(p.Status.LatestRef, wantRef) {
+		t.Errorf("outcome %+v, latestRef %s", out, refString(p.Status.LatestRef))
+	}
+	checkReady(t, p, metav1.ConditionFalse, v1.ReadOperationFailedReason, `tag "2.0.0" not found`, false)
+}
+
+// TestEvaluateIntegrationStoreEntryLostKeepsLatestRef: a store entry deleted or emptied under a
+// policy (a lost volume, a restart) never changes its latestRef.
+func TestEvaluateIntegrationStoreEntryLostKeepsLatestRef(t *testing.T) {
+	f := newEvalFixture(t)
+	ctx := context.Background()
+	f.repo(t, f.ns, "app", "ghcr.io/org/app")
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*")})
+	f.evaluate(t, f.ns, "app")
+	want := &v1.ImageRef{Name: "ghcr.io/org/app", Tag: "1.1.0"}
+
+	if err := f.writer.Delete(ctx, reconcile.StoreKey(f.ns, "app")); err != nil {
+		t.Fatal(err)
+	}
+	out := f.evaluate(t, f.ns, "app")
+	p := f.get(t, f.ns, "app")
+	if out.Result != reconcile.PolicyFailed || !sameRef(p.Status.LatestRef, want) {
+		t.Errorf("after deleting the entry: %+v, latestRef %s", out, refString(p.Status.LatestRef))
+	}
+	checkReady(t, p, metav1.ConditionFalse, v1.DependencyNotReadyReason, "no tags in the tag store", false)
+
+	f.put(t, f.ns, "app")
+	out = f.evaluate(t, f.ns, "app")
+	if p := f.get(t, f.ns, "app"); out.Result != reconcile.PolicyFailed || !sameRef(p.Status.LatestRef, want) {
+		t.Errorf("with an empty entry: %+v, latestRef %s", out, refString(p.Status.LatestRef))
+	}
+	if got := f.sink.about(f.ns, "app"); len(got) != 1 {
+		t.Errorf("%d LatestChanged events, want only the first resolution", len(got))
+	}
+
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySucceeded || out.Changed {
+		t.Errorf("after the store came back: %+v", out)
+	}
+	checkReady(t, f.get(t, f.ns, "app"), metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false)
+}
+
+// holdStore opens the Badger directory read-write, as the scan function does while it writes,
+// and returns a function that closes it.
+func holdStore(t *testing.T, dir string) (release func()) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+		if err == nil {
+			var once bool
+			release = func() {
+				if !once {
+					once = true
+					if err := db.Close(); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			t.Cleanup(release)
+			return release
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("holding the store: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestEvaluateIntegrationStoreHeldByWriter: an evaluation that finds the store held by a writer
+// waits for it and succeeds; one whose wait runs out reports ReadOperationFailed, keeps
+// latestRef, and returns an error so that its event is delivered again.
+func TestEvaluateIntegrationStoreHeldByWriter(t *testing.T) {
+	f := newEvalFixture(t)
+	ctx := context.Background()
+	f.repo(t, f.ns, "app", "ghcr.io/org/app")
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*")})
+	if err := f.writer.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	const hold = 700 * time.Millisecond
+	release := holdStore(t, f.dir)
+	go func() {
+		time.Sleep(hold)
+		release()
+	}()
+	start := time.Now()
+	out := f.evaluate(t, f.ns, "app")
+	if waited := time.Since(start); waited < hold || out.Result != reconcile.PolicySucceeded || out.Latest.Tag != "1.1.0" {
+		t.Errorf("after waiting %s: %+v", waited, out)
+	}
+
+	release = holdStore(t, f.dir)
+	defer release()
+	impatient := f.evaluator(t)
+	impatient.StoreWait = 300 * time.Millisecond
+	if _, err := f.kube.Policies.RequestReconcile(ctx, f.ns, "app", kube.RequestToken(time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	out, err := impatient.Evaluate(ctx, f.ns, "app")
+	if !errors.Is(err, store.ErrLocked) || out.Reason != v1.ReadOperationFailedReason {
+		t.Errorf("held past the wait: %+v, %v", out, err)
+	}
+	p := f.get(t, f.ns, "app")
+	checkReady(t, p, metav1.ConditionFalse, v1.ReadOperationFailedReason, "tag store is held by another process", false)
+	if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != "1.1.0" {
+		t.Errorf("latestRef %s, want 1.1.0 kept", refString(p.Status.LatestRef))
+	}
+}
+
+// TestEvaluateIntegrationSkipsUnchanged: an evaluation from the same generation, reconcile
+// request and tag revision as the last successful one reads and writes nothing; each of those
+// changing evaluates again; a new process evaluates again and writes nothing new.
+func TestEvaluateIntegrationSkipsUnchanged(t *testing.T) {
+	f := newEvalFixture(t)
+	ctx := context.Background()
+	f.repo(t, f.ns, "app", "ghcr.io/org/app")
+	f.put(t, f.ns, "app", "1.0.0")
+	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*")})
+	rv := func() string { return f.get(t, f.ns, "app").ResourceVersion }
+	step := func(what, result string, changed bool) {
+		t.Helper()
+		out := f.evaluate(t, f.ns, "app")
+		if out.Result != result || out.Changed != changed {
+			t.Errorf("%s: %+v, want %s (changed %v)", what, out, result, changed)
+		}
+	}
+
+	step("first", reconcile.PolicySucceeded, true)
+	written := rv()
+	step("again", reconcile.PolicyUnchanged, false)
+	if rv() != written {
+		t.Error("an unchanged evaluation wrote the status")
+	}
+
+	token := kube.RequestToken(time.Now())
+	if _, err := f.kube.Policies.RequestReconcile(ctx, f.ns, "app", token); err != nil {
+		t.Fatal(err)
+	}
+	step("reconcile requested", reconcile.PolicySucceeded, false)
+	if got := f.get(t, f.ns, "app").Status.LastHandledReconcileAt; got != token {
+		t.Errorf("lastHandledReconcileAt %q, want %q", got, token)
+	}
+	step("request handled", reconcile.PolicyUnchanged, false)
+
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	step("new revision", reconcile.PolicySucceeded, true)
+	f.edit(t, f.ns, "app", func(s *v1.ImagePolicySpec) { s.Policy = semver("~1.0") })
+	step("new generation", reconcile.PolicySucceeded, true)
+	step("settled", reconcile.PolicyUnchanged, false)
+
+	written = rv()
+	f.ev = f.evaluator(t)
+	step("restarted", reconcile.PolicySucceeded, false)
+	if rv() != written {
+		t.Error("a restarted evaluator rewrote an unchanged status")
+	}
+
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(f.logs.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		if m["name"] == "app" && m["namespace"] == f.ns {
+			lines = append(lines, m)
+		}
+	}
+	if len(lines) != 8 {
+		t.Fatalf("%d log lines for 8 evaluations", len(lines))
+	}
+	if last := lines[7]; last["outcome"] != reconcile.PolicySucceeded || last["latest"] != "1.0.0" || last["duration"] == nil {
+		t.Errorf("log line %v", last)
+	}
+}
+
+// TestEvaluateIntegrationSuspended: a suspended policy is left exactly as it is.
+func TestEvaluateIntegrationSuspended(t *testing.T) {
+	f := newEvalFixture(t)
+	f.repo(t, f.ns, "app", "ghcr.io/org/app")
+	f.put(t, f.ns, "app", "1.0.0")
+	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"), Suspend: true})
+	before := f.get(t, f.ns, "app")
+	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySuspended {
+		t.Errorf("outcome %+v", out)
+	}
+	if after := f.get(t, f.ns, "app"); after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("suspended policy written: %+v", after.Status)
+	}
+	if out := f.evaluate(t, f.ns, "gone"); out.Result != reconcile.PolicyNotFound {
+		t.Errorf("missing policy: %+v", out)
+	}
+}
+
+// TestEvaluateIntegrationRefusingSinkIsNotFatal: a sink that does not acknowledge
+// LatestChanged is logged; the status is written all the same.
+func TestEvaluateIntegrationRefusingSinkIsNotFatal(t *testing.T) {
+	f := newEvalFixture(t)
+	f.sink = newLatestSink(t, http.StatusServiceUnavailable)
+	f.ev = f.evaluator(t)
+	f.repo(t, f.ns, "app", "ghcr.io/org/app")
+	f.put(t, f.ns, "app", "1.0.0")
+	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*")})
+	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySucceeded || !out.Changed {
+		t.Errorf("outcome %+v", out)
+	}
+	checkReady(t, f.get(t, f.ns, "app"), metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.0.0", false)
+	if !strings.Contains(f.logs.String(), "announcing a new latest image") {
+		t.Errorf("refusal not logged: %s", f.logs)
+	}
+}
+
+// TestEvaluateIntegrationRepository evaluates every policy of one repository, in any
+// namespace, through paginated lists, and leaves the policies of other repositories alone.
+func TestEvaluateIntegrationRepository(t *testing.T) {
+	f := newEvalFixture(t)
+	f.ev.PageSize = 2
+	blue := f.env.Namespace(t, map[string]string{"team": "blue"})
+	red := f.env.Namespace(t, map[string]string{"team": "red"})
+	f.repo(t, f.ns, "shared", "ghcr.io/org/shared", func(r *v1.ImageRepository) {
+		r.Spec.AccessFrom = &v1.AccessFrom{NamespaceSelectors: []v1.NamespaceSelector{{MatchLabels: map[string]string{"team": "blue"}}}}
+	})
+	f.repo(t, f.ns, "other", "ghcr.io/org/other")
+	f.put(t, f.ns, "shared", "1.0.0", "1.1.0", "2.0.0")
+	f.put(t, f.ns, "other", "1.0.0")
+	cross := v1.NamespacedObjectReference{Namespace: f.ns, Name: "shared"}
+	f.policy(t, f.ns, "a", v1.ImagePolicySpec{ImageRepositoryRef: refTo("shared"), Policy: semver("1.x")})
+	f.policy(t, f.ns, "b", v1.ImagePolicySpec{ImageRepositoryRef: refTo("shared"), Policy: semver("*")})
+	f.policy(t, f.ns, "c", v1.ImagePolicySpec{ImageRepositoryRef: refTo("other"), Policy: semver("*")})
+	f.policy(t, blue, "d", v1.ImagePolicySpec{ImageRepositoryRef: cross, Policy: alphabetical(v1.OrderDesc)})
+	f.policy(t, red, "e", v1.ImagePolicySpec{ImageRepositoryRef: cross, Policy: semver("*")})
+	f.policy(t, blue, "f", v1.ImagePolicySpec{ImageRepositoryRef: refTo("shared"), Policy: semver("*")})
+
+	outs, err := f.ev.EvaluateRepository(context.Background(), f.ns, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range outs {
+		s := o.Namespace + "/" + o.Name + " " + o.Result
+		if o.Latest != nil {
+			s += " " + o.Latest.Tag
+		}
+		if o.Reason != "" {
+			s += " " + o.Reason
+		}
+		got = append(got, s)
+	}
+	slices.Sort(got)
+	want := []string{
+		f.ns + "/a succeeded 1.1.0",
+		f.ns + "/b succeeded 2.0.0",
+		blue + "/d succeeded 1.0.0",
+		red + "/e failed AccessDenied",
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("outcomes\n%q\nwant\n%q", got, want)
+	}
+	if p := f.get(t, f.ns, "c"); len(p.Status.Conditions) != 0 {
+		t.Errorf("a policy of another repository was evaluated: %+v", p.Status)
+	}
+	if p := f.get(t, blue, "f"); len(p.Status.Conditions) != 0 {
+		t.Errorf("a policy of a same-named repository in its own namespace was evaluated: %+v", p.Status)
+	}
+
+	outs, err = f.ev.EvaluateRepository(context.Background(), f.ns, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range outs {
+		if o.Result == reconcile.PolicySucceeded {
+			t.Errorf("second pass with the same tags evaluated %s/%s again", o.Namespace, o.Name)
+		}
+	}
+}

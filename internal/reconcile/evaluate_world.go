@@ -1,0 +1,124 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/store"
+)
+
+// policyWorld is what the evaluations of one call read besides the policies themselves: the
+// repositories, the labels of namespaces and the stored tags. Each is read once per call, so the
+// hundred policies of one repository cost one read of its object and of its tags.
+type policyWorld struct {
+	e *Evaluator
+	// storeCtx bounds the waits for the tag store of the whole call.
+	storeCtx context.Context
+	cancel   context.CancelFunc
+
+	mu         sync.Mutex
+	repos      map[string]*lazyValue[*v1.ImageRepository]
+	namespaces map[string]*lazyValue[labels.Set]
+	revisions  map[string]*lazyValue[string]
+	entries    map[string]*lazyValue[store.Entry]
+}
+
+// lazyValue is a value loaded once, by whichever evaluation needs it first.
+type lazyValue[T any] struct {
+	once sync.Once
+	v    T
+	err  error
+}
+
+func (e *Evaluator) newPolicyWorld(ctx context.Context) *policyWorld {
+	wait := e.StoreWait
+	if wait <= 0 {
+		wait = DefaultStoreWait
+	}
+	sctx, cancel := context.WithTimeout(ctx, wait)
+	return &policyWorld{
+		e: e, storeCtx: sctx, cancel: cancel,
+		repos:      map[string]*lazyValue[*v1.ImageRepository]{},
+		namespaces: map[string]*lazyValue[labels.Set]{},
+		revisions:  map[string]*lazyValue[string]{},
+		entries:    map[string]*lazyValue[store.Entry]{},
+	}
+}
+
+func (w *policyWorld) close() { w.cancel() }
+
+// load returns the value of key in m, loading it on first use.
+func load[T any](w *policyWorld, m map[string]*lazyValue[T], key string, fn func() (T, error)) (T, error) {
+	w.mu.Lock()
+	lv, ok := m[key]
+	if !ok {
+		lv = &lazyValue[T]{}
+		m[key] = lv
+	}
+	w.mu.Unlock()
+	lv.once.Do(func() { lv.v, lv.err = fn() })
+	return lv.v, lv.err
+}
+
+func (w *policyWorld) repository(ctx context.Context, namespace, name string) (*v1.ImageRepository, error) {
+	return load(w, w.repos, StoreKey(namespace, name), func() (*v1.ImageRepository, error) {
+		return w.e.Kube.Repositories.Get(ctx, namespace, name)
+	})
+}
+
+func (w *policyWorld) namespaceLabels(ctx context.Context, namespace string) (labels.Set, error) {
+	return load(w, w.namespaces, namespace, func() (labels.Set, error) {
+		ns, err := w.e.Kube.Core.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return labels.Set(ns.Labels), nil
+	})
+}
+
+// revision returns the revision stored under key without reading the tags, which an evaluation
+// that turns out to be unchanged never needs.
+func (w *policyWorld) revision(key string) (string, error) {
+	return load(w, w.revisions, key, func() (string, error) {
+		return w.e.Store.Revision(w.storeCtx, key)
+	})
+}
+
+func (w *policyWorld) entry(key string) (store.Entry, error) {
+	return load(w, w.entries, key, func() (store.Entry, error) {
+		return w.e.Store.Get(w.storeCtx, key)
+	})
+}
+
+// accessDenied applies the repository's accessFrom to a policy in another namespace, as Flux
+// does: without accessFrom only its own namespace may refer to it; otherwise the labels of the
+// policy's namespace must match one of the selectors (an empty selector matches every
+// namespace). The first result describes a denial; the error is a failure to decide.
+func (w *policyWorld) accessDenied(ctx context.Context, pol *v1.ImagePolicy, repo *v1.ImageRepository) (denied, err error) {
+	if repo.Namespace == pol.Namespace {
+		return nil, nil
+	}
+	ref := repo.Namespace + "/" + repo.Name
+	if repo.Spec.AccessFrom == nil {
+		return fmt.Errorf("'%s' can't be accessed due to missing ACL labels on 'accessFrom'", ref), nil
+	}
+	nsLabels, err := w.namespaceLabels(ctx, pol.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("reading the labels of namespace %s: %w", pol.Namespace, err)
+	}
+	for _, s := range repo.Spec.AccessFrom.NamespaceSelectors {
+		sel, err := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchLabels: s.MatchLabels})
+		if err != nil {
+			return fmt.Errorf("'%s' has an invalid accessFrom selector %v: %w", ref, s.MatchLabels, err), nil
+		}
+		if sel.Matches(nsLabels) {
+			return nil, nil
+		}
+	}
+	return fmt.Errorf("'%s' can't be accessed due to ACL labels mismatch on namespace '%s'", ref, pol.Namespace), nil
+}
