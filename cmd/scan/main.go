@@ -1,0 +1,83 @@
+// Command scan serves the scan function (functions/scan) on $PORT (default 8080), configured
+// from the environment as that package describes. It runs its own http.Server rather than
+// functions-framework-go's Start, which has no graceful shutdown: on SIGTERM this one stops
+// accepting requests, lets those in flight finish, gives background scans a bounded grace
+// period, and then closes the recorder and the tag store, so the next process needs no log
+// replay.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/imagereflector/reflector/functions/scan"
+)
+
+func main() {
+	drain := flag.Duration("drain", 20*time.Second, "how long in-flight requests may take after SIGTERM")
+	grace := flag.Duration("grace", 5*time.Second, "how long background scans may take after the requests drained")
+	flag.Parse()
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	slog.SetDefault(log)
+	if err := run(*drain, *grace, log); err != nil {
+		log.Error("scan function failed", "error", err.Error())
+		os.Exit(1)
+	}
+}
+
+func run(drain, grace time.Duration, log *slog.Logger) error {
+	deps, err := scan.FromEnv()
+	if err != nil {
+		return err
+	}
+	deps.Log = log
+	h := scan.NewHandler(deps)
+	port := os.Getenv("PORT")
+	if port == "" {
+		port = "8080"
+	}
+	srv := &http.Server{
+		Addr:              net.JoinHostPort("", port),
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- srv.ListenAndServe() }()
+	log.Info("serving", "addr", srv.Addr)
+
+	select {
+	case err := <-served:
+		_ = h.Shutdown(context.Background())
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	dctx, cancel := context.WithTimeout(context.Background(), drain)
+	err = srv.Shutdown(dctx)
+	cancel()
+	if err != nil {
+		log.Warn("requests still running at the drain deadline", "error", err.Error())
+	}
+	gctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := h.Shutdown(gctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	} else if err != nil {
+		log.Warn("background scans cut short; the cron reconciler completes them", "error", err.Error())
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+// Package scan is the scan function: registry webhooks (POST /hook/...) and CloudEvents (POST /)
+// arrive here, are matched to ImageRepositories, annotated and scanned. It holds only the
+// wiring; the work is internal/receiver's and internal/reconcile's.
+//
+// It registers one HTTP function, "scan", with functions-framework-go. Its dependencies come
+// from the environment on first use:
+//
+//	KUBECONFIG                      kubeconfig file; in-cluster configuration without it
+//	REFLECTOR_STORE_DIR             the Badger tag store directory (required)
+//	REFLECTOR_CLUSTER_SECRET_FILE   file holding the cluster receiver's token; without it
+//	                                /hook/<provider> does not exist
+//	REFLECTOR_WEBHOOK_RATE          deliveries per second each receiver accepts (default 10)
+//	REFLECTOR_WEBHOOK_BURST         and in a burst (default 50)
+//	K_SINK                          where TagsChanged events go (Knative SinkBinding)
+package scan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
+	"golang.org/x/time/rate"
+
+	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/receiver"
+	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/registry"
+	"github.com/imagereflector/reflector/internal/store"
+)
+
+func init() {
+	functions.HTTP("scan", serveLazily)
+}
+
+// Deps are what the scan function works with.
+type Deps struct {
+	Kube     *kube.Client
+	Registry *registry.Client
+	Store    *store.Store
+	// Sink receives TagsChanged events; nil sends none.
+	Sink *events.Sender
+	// Recorder writes Kubernetes Events; nil writes none.
+	Recorder *kube.Recorder
+	// Log receives one line per answer and per scan; nil means slog.Default().
+	Log *slog.Logger
+	// Receiver holds further options of the receiver, such as its cluster secret and rate.
+	Receiver []receiver.Option
+}
+
+// FromEnv builds Deps from the environment described in the package comment.
+func FromEnv() (*Deps, error) {
+	dir := os.Getenv("REFLECTOR_STORE_DIR")
+	if dir == "" {
+		return nil, errors.New("REFLECTOR_STORE_DIR is required: the tag store directory")
+	}
+	cfg, err := kube.Config(os.Getenv("KUBECONFIG"))
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes configuration: %w", err)
+	}
+	c, err := kube.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	sink, err := events.NewSender(os.Getenv("K_SINK"), events.SourceScan, nil)
+	if err != nil {
+		return nil, fmt.Errorf("K_SINK: %w", err)
+	}
+	var opts []receiver.Option
+	if path := os.Getenv("REFLECTOR_CLUSTER_SECRET_FILE"); path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("REFLECTOR_CLUSTER_SECRET_FILE: %w", err)
+		}
+		// A mounted Secret often ends in a newline that the sender does not send.
+		opts = append(opts, receiver.WithClusterSecret([]byte(strings.TrimSpace(string(b)))))
+	}
+	if s := os.Getenv("REFLECTOR_WEBHOOK_RATE"); s != "" {
+		perSecond, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("REFLECTOR_WEBHOOK_RATE: %w", err)
+		}
+		burst := receiver.DefaultBurst
+		if b := os.Getenv("REFLECTOR_WEBHOOK_BURST"); b != "" {
+			if burst, err = strconv.Atoi(b); err != nil {
+				return nil, fmt.Errorf("REFLECTOR_WEBHOOK_BURST: %w", err)
+			}
+		}
+		opts = append(opts, receiver.WithRateLimit(rate.Limit(perSecond), burst))
+	}
+	return &Deps{
+		Kube:     c,
+		Registry: registry.New(),
+		Store:    store.New(dir),
+		Sink:     sink,
+		Recorder: kube.NewRecorder(c.Core, "reflector-scan"),
+		Receiver: opts,
+	}, nil
+}
+
+// Handler is the scan function's HTTP handler:
+//
+//	GET  /healthz   200
+//	POST /hook/...  registry webhooks (receiver.Receiver.ServeHTTP)
+//	POST /          CloudEvents in binary or structured mode (receiver.Receiver.HandleCloudEvent)
+type Handler struct {
+	deps     *Deps
+	receiver *receiver.Receiver
+	events   http.Handler
+}
+
+// NewHandler returns the function's handler over d.
+func NewHandler(d *Deps) *Handler {
+	log := d.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	scanner := &reconcile.Scanner{
+		Kube: d.Kube, Registry: d.Registry, Store: d.Store, Recorder: d.Recorder, Log: log,
+	}
+	// A nil *events.Sender in the interface would be non-nil; leave the field unset instead.
+	if d.Sink != nil {
+		scanner.Sink = d.Sink
+	}
+	opts := append([]receiver.Option{receiver.WithLogger(log)}, d.Receiver...)
+	r := receiver.New(d.Kube, scanner, opts...)
+	return &Handler{deps: d, receiver: r, events: r.CloudEvents()}
+}
+
+// ServeHTTP routes a request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	switch {
+	case req.URL.Path == "/healthz":
+		healthz(w, req)
+	case strings.HasPrefix(req.URL.Path, "/hook/"):
+		h.receiver.ServeHTTP(w, req)
+	default:
+		h.events.ServeHTTP(w, req)
+	}
+}
+
+// Shutdown waits for the background scans until ctx ends (then cancels them), and closes the
+// recorder and the tag store. Call it after the server has stopped taking requests.
+func (h *Handler) Shutdown(ctx context.Context) error {
+	err := h.receiver.Shutdown(ctx)
+	h.deps.Recorder.Shutdown()
+	return errors.Join(err, h.deps.Store.Close())
+}
+
+func healthz(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "GET /healthz", http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// lazy holds the handler that functions-framework-go serves, built on the first request so
+// that importing the package has no side effects; a failed build is retried on the next one.
+var lazy struct {
+	mu sync.Mutex
+	h  *Handler
+}
+
+func serveLazily(w http.ResponseWriter, req *http.Request) {
+	if req.URL.Path == "/healthz" {
+		healthz(w, req)
+		return
+	}
+	h, err := lazyHandler()
+	if err != nil {
+		slog.Error("scan function is not configured", "error", err.Error())
+		http.Error(w, "scan function is not configured: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	h.ServeHTTP(w, req)
+}
+
+func lazyHandler() (*Handler, error) {
+	lazy.mu.Lock()
+	defer lazy.mu.Unlock()
+	if lazy.h != nil {
+		return lazy.h, nil
+	}
+	d, err := FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	// functions-framework-go's server stops without draining; closing the store on SIGTERM
+	// is the most it allows.
+	store.CloseOnSignal(d.Store)
+	lazy.h = NewHandler(d)
+	return lazy.h, nil
+}

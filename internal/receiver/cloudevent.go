@@ -1,0 +1,181 @@
+package receiver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/webhook"
+)
+
+// Knative ApiServerSource event types: "resource" mode carries the object, "reference" mode
+// its kind, namespace and name.
+const (
+	APIServerResourceAdd    = "dev.knative.apiserver.resource.add"
+	APIServerResourceUpdate = "dev.knative.apiserver.resource.update"
+	APIServerRefAdd         = "dev.knative.apiserver.ref.add"
+	APIServerRefUpdate      = "dev.knative.apiserver.ref.update"
+)
+
+// CloudEvents returns the handler of the broker path, serving binary and structured mode
+// through events.Handler.
+func (r *Receiver) CloudEvents() http.Handler {
+	return events.Handler(r.HandleCloudEvent)
+}
+
+// HandleCloudEvent handles one CloudEvent:
+//
+//   - events.TypeScanRequested (from the cron reconciler): the scan runs before the answer.
+//     A scan that fails on the registry is recorded in the object's status and acknowledged;
+//     only an error of the scanner itself (the API server, the store) is returned, so that the
+//     broker redelivers.
+//   - ApiServerSource add and update of an ImageRepository: scanned when reconcile.RepositoryDue
+//     says so; the update that a scan's own status write causes is not due.
+//   - registry pushes (CDEvents, Event Grid, Eventarc): matched in every namespace, annotated,
+//     and scanned in the background, as a webhook is.
+//
+// Other types are acknowledged and logged. An error wrapping events.ErrRejected marks an
+// event that no redelivery can fix.
+func (r *Receiver) HandleCloudEvent(ctx context.Context, e cloudevents.Event) error {
+	start := time.Now()
+	res, err := r.handleCloudEvent(ctx, e)
+	attrs := []slog.Attr{
+		slog.String("type", e.Type()),
+		slog.String("source", e.Source()),
+		slog.String("id", e.ID()),
+		slog.String("result", res.message),
+		slog.String("objects", objectNames(res.annotated)),
+		slog.Duration("duration", time.Since(start)),
+	}
+	level := slog.LevelInfo
+	if err != nil {
+		level = slog.LevelError
+		if errors.Is(err, events.ErrRejected) {
+			level = slog.LevelWarn
+		}
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	r.logger().LogAttrs(context.Background(), level, "cloudevent", attrs...)
+	r.scanAll(res.annotated)
+	return err
+}
+
+func (r *Receiver) handleCloudEvent(ctx context.Context, e cloudevents.Event) (result, error) {
+	switch t := e.Type(); {
+	case t == events.TypeScanRequested:
+		return r.scanRequested(ctx, e)
+	case t == APIServerResourceAdd || t == APIServerResourceUpdate || t == APIServerRefAdd || t == APIServerRefUpdate:
+		return r.apiServerEvent(ctx, e)
+	}
+	evs, err := webhook.ParseCloudEvent(e.Type(), e.Source(), e.ID(), e.Data())
+	switch {
+	case errors.Is(err, webhook.ErrIgnored):
+		return result{message: "ignored: " + err.Error()}, nil
+	case err != nil:
+		return result{message: "rejected"}, fmt.Errorf("%w: %v", events.ErrRejected, err)
+	}
+	res := r.deliver(ctx, "cloudevent", "", evs)
+	if res.err != nil {
+		return res, res.err
+	}
+	return res, nil
+}
+
+// scanRequested scans the object a TypeScanRequested event names, synchronously: the cron
+// reconciler bounds its dispatches by the answers.
+func (r *Receiver) scanRequested(ctx context.Context, e cloudevents.Event) (result, error) {
+	var ref events.ObjectRef
+	if err := events.Decode(e, &ref); err != nil {
+		return result{message: "rejected"}, err
+	}
+	if ref.Namespace == "" || ref.Name == "" {
+		return result{message: "rejected"}, fmt.Errorf("%w: %s %s: namespace and name are required", events.ErrRejected, e.Type(), e.ID())
+	}
+	return r.scanNow(ctx, ref.Namespace, ref.Name, ref.Reason)
+}
+
+func (r *Receiver) scanNow(ctx context.Context, namespace, name, why string) (result, error) {
+	out, err := r.scanner.Scan(ctx, namespace, name, nil)
+	res := result{message: describe(out, why), annotated: nil}
+	if err != nil {
+		return res, fmt.Errorf("scanning ImageRepository %s/%s: %w", namespace, name, err)
+	}
+	return res, nil
+}
+
+// describe renders a scan outcome for a log line.
+func describe(out reconcile.ScanOutcome, why string) string {
+	var b strings.Builder
+	b.WriteString("scanned")
+	if why != "" {
+		b.WriteString(" (" + why + ")")
+	}
+	switch {
+	case out.Skipped != "":
+		b.WriteString(": skipped, " + out.Skipped)
+	case out.Failure != "":
+		b.WriteString(": failed, " + out.Failure)
+	default:
+		fmt.Fprintf(&b, ": %d tags, revision %s", out.TagCount, out.Revision)
+	}
+	return b.String()
+}
+
+// apiServerObject is the part of an ApiServerSource event's data that tells which object it
+// is about, in either mode.
+type apiServerObject struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Namespace and Name are set in reference mode.
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// apiServerEvent scans the ImageRepository of an ApiServerSource event when it is due.
+// Reference-mode events carry no spec or status, so the object is read first.
+func (r *Receiver) apiServerEvent(ctx context.Context, e cloudevents.Event) (result, error) {
+	var head apiServerObject
+	if err := json.Unmarshal(e.Data(), &head); err != nil {
+		return result{message: "rejected"}, fmt.Errorf("%w: %s %s: undecodable data: %v", events.ErrRejected, e.Type(), e.ID(), err)
+	}
+	group, _, _ := strings.Cut(head.APIVersion, "/")
+	if head.Kind != v1.ImageRepositoryKind || group != v1.GroupVersion.Group {
+		return result{message: fmt.Sprintf("ignored: %s %s is not an ImageRepository", head.APIVersion, head.Kind)}, nil
+	}
+	repo := &v1.ImageRepository{}
+	if strings.HasPrefix(e.Type(), "dev.knative.apiserver.ref.") {
+		if head.Namespace == "" || head.Name == "" {
+			return result{message: "rejected"}, fmt.Errorf("%w: %s %s: namespace and name are required", events.ErrRejected, e.Type(), e.ID())
+		}
+		got, err := r.kube.Repositories.Get(ctx, head.Namespace, head.Name)
+		if apierrors.IsNotFound(err) {
+			return result{message: "ignored: the ImageRepository is gone"}, nil
+		}
+		if err != nil {
+			return result{message: "failed"}, fmt.Errorf("reading ImageRepository %s/%s: %w", head.Namespace, head.Name, err)
+		}
+		repo = got
+	} else if err := json.Unmarshal(e.Data(), repo); err != nil {
+		return result{message: "rejected"}, fmt.Errorf("%w: %s %s: undecodable ImageRepository: %v", events.ErrRejected, e.Type(), e.ID(), err)
+	}
+	if repo.Namespace == "" || repo.Name == "" {
+		return result{message: "rejected"}, fmt.Errorf("%w: %s %s: the ImageRepository has no namespace or name", events.ErrRejected, e.Type(), e.ID())
+	}
+	// A zero period: the periodic rules (retries, digest refreshes) are the cron reconciler's.
+	why := reconcile.RepositoryDue(repo, reconcile.Window{Now: r.cfg.now()})
+	if why == "" {
+		return result{message: fmt.Sprintf("%s/%s is not due", repo.Namespace, repo.Name)}, nil
+	}
+	return r.scanNow(ctx, repo.Namespace, repo.Name, why)
+}

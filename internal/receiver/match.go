@@ -1,0 +1,141 @@
+package receiver
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/imagename"
+	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/webhook"
+)
+
+// target is one ImageRepository that a delivery is about, with the tags it names.
+type target struct {
+	namespace, name string
+	timeout         time.Duration
+	// tags are the pushed tags; full means some event named none, so only a full listing
+	// answers it.
+	tags []string
+	full bool
+}
+
+func (t target) object() Object { return Object{Namespace: t.namespace, Name: t.name} }
+
+func (t target) hint() *reconcile.Hint {
+	if t.full || len(t.tags) == 0 {
+		return nil
+	}
+	return &reconcile.Hint{Tags: t.tags}
+}
+
+// match lists the ImageRepositories of namespace ("" for all) and returns those whose image
+// has the key of one of evs, in list order. Suspended repositories are left out: they are not
+// scanned, so a request for them would only wait for their resumption, which requests a
+// scan by itself.
+func (r *Receiver) match(ctx context.Context, namespace string, evs []webhook.Event) ([]target, error) {
+	wanted := map[string][]webhook.Event{}
+	for _, e := range evs {
+		wanted[e.Key()] = append(wanted[e.Key()], e)
+	}
+	var out []target
+	cont := ""
+	for {
+		list, err := r.kube.Repositories.List(ctx, namespace, metav1.ListOptions{Limit: r.cfg.pageSize, Continue: cont})
+		if err != nil {
+			return nil, fmt.Errorf("listing ImageRepositories: %w", err)
+		}
+		for i := range list.Items {
+			repo := &list.Items[i]
+			if repo.Spec.Suspend {
+				continue
+			}
+			key, err := imagename.KeyOf(repo.Spec.Image)
+			if err != nil {
+				continue // an invalid spec.image is reported by the repository's own scan
+			}
+			matched, ok := wanted[key]
+			if !ok {
+				continue
+			}
+			out = append(out, newTarget(repo, matched))
+		}
+		if cont = list.Continue; cont == "" {
+			return out, nil
+		}
+	}
+}
+
+func newTarget(repo *v1.ImageRepository, evs []webhook.Event) target {
+	t := target{namespace: repo.Namespace, name: repo.Name, timeout: repo.GetTimeout()}
+	for _, e := range evs {
+		if e.Tag == "" {
+			t.full = true
+		} else if !slices.Contains(t.tags, e.Tag) {
+			t.tags = append(t.tags, e.Tag)
+		}
+	}
+	return t
+}
+
+// annotate sets the reconcile-request annotation on each target: the commit point. It
+// returns the targets annotated, and the first error; it goes on after an error so that
+// every object it can reach carries the request.
+func (r *Receiver) annotate(ctx context.Context, targets []target) ([]target, error) {
+	token := kube.RequestToken(r.cfg.now())
+	var (
+		done  []target
+		first error
+	)
+	for _, t := range targets {
+		if _, err := r.kube.Repositories.RequestReconcile(ctx, t.namespace, t.name, token); err != nil {
+			if first == nil {
+				first = fmt.Errorf("annotating ImageRepository %s/%s: %w", t.namespace, t.name, err)
+			}
+			continue
+		}
+		done = append(done, t)
+	}
+	return done, first
+}
+
+// objects returns the names of targets for an answer or a log line.
+func objects(targets []target) []Object {
+	out := make([]Object, len(targets))
+	for i, t := range targets {
+		out[i] = t.object()
+	}
+	return out
+}
+
+// objectNames renders targets as namespace/name for a log line.
+func objectNames(targets []target) string {
+	names := make([]string, len(targets))
+	for i, t := range targets {
+		names[i] = t.namespace + "/" + t.name
+	}
+	return strings.Join(names, ",")
+}
+
+// deliveryKey is what a delivery is remembered by: its events' delivery ids, which a retry
+// repeats. Scoping it by receiver keeps one receiver's deliveries from shadowing another's.
+func deliveryKey(scope string, evs []webhook.Event) (key, id string) {
+	var ids []string
+	for _, e := range evs {
+		if e.DeliveryID != "" && !slices.Contains(ids, e.DeliveryID) {
+			ids = append(ids, e.DeliveryID)
+		}
+	}
+	if len(ids) == 0 {
+		return "", ""
+	}
+	slices.Sort(ids)
+	id = strings.Join(ids, ",")
+	return scope + "\x00" + id, id
+}

@@ -1,0 +1,111 @@
+package receiver
+
+import (
+	"log/slog"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Defaults of the options.
+const (
+	// DefaultRate and DefaultBurst are each receiver's token bucket: a registry that sends more
+	// is answered 429 and retries later.
+	DefaultRate  = 10
+	DefaultBurst = 50
+	// DefaultDedupWindow is how long a delivery id is remembered.
+	DefaultDedupWindow = 10 * time.Minute
+	// DefaultDedupSize bounds the delivery ids remembered at once.
+	DefaultDedupSize = 10000
+	// DefaultSecretTTL is how long a namespace's webhook Secret (or its absence) is cached.
+	DefaultSecretTTL = 10 * time.Second
+	// DefaultPageSize is the limit of each ImageRepository list call.
+	DefaultPageSize = 500
+	// MaxBodyBytes is the largest webhook body accepted (413 above it).
+	MaxBodyBytes = 1 << 20
+)
+
+// SecretName is the Secret that holds a namespaced receiver's token, under SecretKey.
+const (
+	SecretName = "reflector-webhook"
+	SecretKey  = "token"
+)
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	clusterSecret []byte
+	rate          rate.Limit
+	burst         int
+	dedupWindow   time.Duration
+	dedupSize     int
+	secretTTL     time.Duration
+	pageSize      int64
+	log           *slog.Logger
+	now           func() time.Time
+}
+
+func defaults() config {
+	return config{
+		rate:        DefaultRate,
+		burst:       DefaultBurst,
+		dedupWindow: DefaultDedupWindow,
+		dedupSize:   DefaultDedupSize,
+		secretTTL:   DefaultSecretTTL,
+		pageSize:    DefaultPageSize,
+		log:         slog.Default(),
+		now:         time.Now,
+	}
+}
+
+// WithClusterSecret enables the cluster receiver, /hook/<provider>, authenticated with secret.
+// Without it (or with an empty secret) the cluster receiver does not exist and answers 404.
+func WithClusterSecret(secret []byte) Option {
+	return func(c *config) { c.clusterSecret = secret }
+}
+
+// WithRateLimit sets each receiver's token bucket: perSecond authenticated deliveries per
+// second with bursts of burst. rate.Inf disables the limit.
+func WithRateLimit(perSecond rate.Limit, burst int) Option {
+	return func(c *config) { c.rate, c.burst = perSecond, burst }
+}
+
+// WithDedup sets how long delivery ids are remembered and how many at most; a window of zero
+// remembers none.
+func WithDedup(window time.Duration, size int) Option {
+	return func(c *config) { c.dedupWindow, c.dedupSize = window, size }
+}
+
+// WithSecretTTL sets how long a namespace's webhook Secret, or its absence, is cached: the time
+// a new or rotated token takes to apply.
+func WithSecretTTL(d time.Duration) Option {
+	return func(c *config) { c.secretTTL = d }
+}
+
+// WithPageSize sets the limit of each ImageRepository list call.
+func WithPageSize(n int64) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.pageSize = n
+		}
+	}
+}
+
+// WithLogger sets where the one line per answer goes; the default is slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.log = l
+		}
+	}
+}
+
+// WithClock sets the clock of reconcile-request tokens, caches and due decisions.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now != nil {
+			c.now = now
+		}
+	}
+}

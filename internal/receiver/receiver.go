@@ -1,0 +1,129 @@
+// Package receiver is where pushes enter reflector: an HTTP webhook receiver for registry
+// notifications and a CloudEvents handler for the broker path (scan requests from the cron
+// reconciler, Knative ApiServerSource events, registry CloudEvents). Both find the
+// ImageRepositories an event is about, record the request durably with the reconcile-request
+// annotation, and scan them.
+//
+// Writing the annotation is the commit point: a webhook is answered once every matched object
+// carries it, and the scan then runs in the background. When that scan is lost (the process
+// stops, the registry fails), the cron reconciler sees an annotation that differs from
+// status.lastHandledReconcileAt and scans again.
+package receiver
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/reconcile"
+)
+
+// Scanner scans one ImageRepository; *reconcile.Scanner is the one the scan function uses.
+type Scanner interface {
+	Scan(ctx context.Context, namespace, name string, hint *reconcile.Hint) (reconcile.ScanOutcome, error)
+}
+
+// Receiver serves registry webhooks under /hook/ (see ServeHTTP) and CloudEvents (see
+// CloudEvents). One Receiver serves a whole process; it is safe for concurrent use.
+type Receiver struct {
+	kube    *kube.Client
+	scanner Scanner
+	cfg     config
+
+	secrets  *secretCache
+	limits   *limiters
+	seen     *dedup
+	base     context.Context
+	cancel   context.CancelFunc
+	mu       sync.Mutex
+	closing  bool
+	inFlight sync.WaitGroup
+}
+
+// New returns a Receiver that matches events against the ImageRepositories of c and scans them
+// with s.
+func New(c *kube.Client, s Scanner, opts ...Option) *Receiver {
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	base, cancel := context.WithCancel(context.Background())
+	return &Receiver{
+		kube:    c,
+		scanner: s,
+		cfg:     cfg,
+		secrets: newSecretCache(c.Core, cfg.secretTTL, cfg.now),
+		limits:  newLimiters(cfg.rate, cfg.burst),
+		seen:    newDedup(cfg.dedupWindow, cfg.dedupSize),
+		base:    base,
+		cancel:  cancel,
+	}
+}
+
+// Object names one ImageRepository that an answer reports.
+type Object struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// Answer is the JSON body of every webhook answer.
+type Answer struct {
+	// Message says what happened in one line: accepted, the reason nothing was done, or the
+	// error.
+	Message string `json:"message"`
+	// DeliveryID is the id the delivery was recognised by, when it got that far.
+	DeliveryID string `json:"deliveryId,omitempty"`
+	// Objects lists the ImageRepositories whose reconcile-request annotation was set.
+	Objects []Object `json:"objects,omitempty"`
+}
+
+// Shutdown stops starting background scans and waits for those under way. When ctx ends
+// first, their contexts are cancelled and Shutdown returns ctx's error once they have
+// returned; their annotations remain for the cron reconciler.
+func (r *Receiver) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		r.inFlight.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		r.cancel()
+		return nil
+	case <-ctx.Done():
+		r.cancel()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// scanLater scans namespace/name in the background, within timeout, so that the sender of
+// the event is not kept waiting on the registry. It reports false when the Receiver is
+// shutting down and the scan is left to the cron reconciler.
+func (r *Receiver) scanLater(namespace, name string, hint *reconcile.Hint, timeout time.Duration) bool {
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		return false
+	}
+	r.inFlight.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.inFlight.Done()
+		ctx, cancel := context.WithTimeout(r.base, timeout)
+		defer cancel()
+		if _, err := r.scanner.Scan(ctx, namespace, name, hint); err != nil {
+			r.cfg.log.Warn("background scan failed; the cron reconciler retries it",
+				"namespace", namespace, "name", name, "error", err.Error())
+		}
+	}()
+	return true
+}
+
+// logger returns the configured logger.
+func (r *Receiver) logger() *slog.Logger { return r.cfg.log }

@@ -1,0 +1,189 @@
+package receiver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/imagereflector/reflector/internal/webhook"
+)
+
+// ServeHTTP receives registry webhooks:
+//
+//	POST /hook/<provider>/<namespace>   the namespace's receiver; its token is the key "token"
+//	                                    of the Secret "reflector-webhook" in that namespace, and
+//	                                    it touches ImageRepositories of that namespace only
+//	POST /hook/<provider>               the cluster receiver (WithClusterSecret); it touches
+//	                                    ImageRepositories of every namespace
+//
+// A receiver without its token does not exist: a namespace without the Secret answers 404, as
+// an unknown provider does, so a sender cannot tell which namespaces are set up. The answers:
+// 202 with the objects annotated; 200 with a reason when the delivery is authentic but
+// nothing matches, it is ignored (a pull, a delete) or it repeats a delivery id; 400 malformed;
+// 401 missing or wrong signature or token, with nothing changed; 404; 405 not POST; 413 over
+// MaxBodyBytes; 429 over the receiver's rate; 500 when the API server fails. Every answer is one
+// JSON log line, which never contains the query string (tokens travel there).
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	start := time.Now()
+	res := r.receive(w, req)
+	writeAnswer(w, res)
+	r.logAnswer("webhook", res, time.Since(start))
+	r.scanAll(res.annotated)
+}
+
+// result is what handling a delivery came to.
+type result struct {
+	status     int
+	message    string
+	provider   string
+	receiver   string
+	deliveryID string
+	annotated  []target
+	err        error
+}
+
+func (r *Receiver) receive(w http.ResponseWriter, req *http.Request) result {
+	rt, ok := parseRoute(req.URL.Path)
+	if !ok {
+		return result{status: http.StatusNotFound, message: "no such receiver"}
+	}
+	res := result{provider: rt.provider, receiver: rt.receiverName()}
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		return res.with(http.StatusMethodNotAllowed, "webhooks are POSTed")
+	}
+	if !webhook.Known(rt.provider) {
+		return res.with(http.StatusNotFound, fmt.Sprintf("unknown provider; known: %s", strings.Join(webhook.Providers(), ", ")))
+	}
+	secret, err := r.secret(req.Context(), rt)
+	if err != nil {
+		res.err = err
+		return res.with(http.StatusInternalServerError, "cannot read the receiver's token")
+	}
+	if len(secret) == 0 {
+		return res.with(http.StatusNotFound, "receiver not found")
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBodyBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return res.with(http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", MaxBodyBytes))
+		}
+		return res.with(http.StatusBadRequest, "reading the body failed")
+	}
+	evs, err := webhook.Parse(rt.provider, webhook.Request{Header: req.Header, Query: req.URL.Query(), Body: body}, secret)
+	switch {
+	case errors.Is(err, webhook.ErrUnauthenticated):
+		return res.with(http.StatusUnauthorized, err.Error())
+	case errors.Is(err, webhook.ErrIgnored):
+		return res.with(http.StatusOK, err.Error())
+	case errors.Is(err, webhook.ErrUnknownProvider):
+		return res.with(http.StatusNotFound, err.Error())
+	case err != nil:
+		return res.with(http.StatusBadRequest, err.Error())
+	}
+	if !r.limits.allow(rt.provider + "/" + res.receiver) {
+		w.Header().Set("Retry-After", "1")
+		return res.with(http.StatusTooManyRequests, "the receiver's rate limit is exceeded; retry later")
+	}
+	d := r.deliver(req.Context(), rt.provider+"/"+res.receiver, rt.namespace, evs)
+	d.provider, d.receiver = res.provider, res.receiver
+	return d
+}
+
+// secret returns the token of the receiver rt names, nil when it does not exist.
+func (r *Receiver) secret(ctx context.Context, rt route) ([]byte, error) {
+	if rt.namespace == "" {
+		return r.cfg.clusterSecret, nil
+	}
+	return r.secrets.token(ctx, rt.namespace)
+}
+
+func (res result) with(status int, message string) result {
+	res.status, res.message = status, message
+	return res
+}
+
+// deliver handles authenticated events: drops a repeated delivery, matches the events against
+// the ImageRepositories of namespace ("" for all) and annotates the matches. The caller
+// answers and then starts the scans of res.annotated.
+func (r *Receiver) deliver(ctx context.Context, scope, namespace string, evs []webhook.Event) result {
+	key, id := deliveryKey(scope, evs)
+	res := result{deliveryID: id}
+	if !r.seen.claim(key, r.cfg.now()) {
+		return res.with(http.StatusOK, "duplicate delivery")
+	}
+	targets, err := r.match(ctx, namespace, evs)
+	if err != nil {
+		r.seen.release(key)
+		res.err = err
+		return res.with(http.StatusInternalServerError, "cannot list ImageRepositories")
+	}
+	if len(targets) == 0 {
+		return res.with(http.StatusOK, "no ImageRepository matches "+eventKeys(evs))
+	}
+	res.annotated, err = r.annotate(ctx, targets)
+	if err != nil {
+		// A retry annotates again, which is harmless; the objects already annotated are
+		// scanned now.
+		r.seen.release(key)
+		res.err = err
+		return res.with(http.StatusInternalServerError, "cannot record the scan request")
+	}
+	return res.with(http.StatusAccepted, "accepted")
+}
+
+// scanAll starts the background scans of annotated targets.
+func (r *Receiver) scanAll(targets []target) {
+	for _, t := range targets {
+		r.scanLater(t.namespace, t.name, t.hint(), t.timeout)
+	}
+}
+
+func eventKeys(evs []webhook.Event) string {
+	var keys []string
+	for _, e := range evs {
+		k := e.Key()
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return strings.Join(keys, ", ")
+}
+
+func writeAnswer(w http.ResponseWriter, res result) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(res.status)
+	_ = json.NewEncoder(w).Encode(Answer{Message: res.message, DeliveryID: res.deliveryID, Objects: objects(res.annotated)})
+}
+
+// logAnswer writes the one line of an answer.
+func (r *Receiver) logAnswer(kind string, res result, took time.Duration) {
+	level := slog.LevelInfo
+	switch {
+	case res.status >= 500:
+		level = slog.LevelError
+	case res.status >= 400:
+		level = slog.LevelWarn
+	}
+	attrs := []slog.Attr{
+		slog.String("provider", res.provider),
+		slog.String("receiver", res.receiver),
+		slog.String("deliveryId", res.deliveryID),
+		slog.Int("status", res.status),
+		slog.String("reason", res.message),
+		slog.String("objects", objectNames(res.annotated)),
+		slog.Duration("duration", took),
+	}
+	if res.err != nil {
+		attrs = append(attrs, slog.String("error", res.err.Error()))
+	}
+	r.logger().LogAttrs(context.Background(), level, kind, attrs...)
+}
