@@ -1,0 +1,95 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/reconcile"
+)
+
+// Event types of Knative's ApiServerSource in Resource mode, whose data is the object.
+const (
+	apiServerAdd    = "dev.knative.apiserver.resource.add"
+	apiServerUpdate = "dev.knative.apiserver.resource.update"
+)
+
+// handleEvent evaluates what one CloudEvent is about. An error makes the sender deliver the
+// event again, so only the evaluator's own failures are errors; an unknown type is ignored.
+func (h *Handler) handleEvent(ctx context.Context, e cloudevents.Event) error {
+	start := time.Now()
+	var outs []reconcile.PolicyOutcome
+	var err error
+	switch e.Type() {
+	case events.TypeTagsChanged:
+		var d events.TagsChanged
+		if err := decodeObject(e, &d, &d.Namespace, &d.Name); err != nil {
+			return err
+		}
+		outs, err = h.ev.EvaluateRepository(ctx, d.Namespace, d.Name)
+	case events.TypePolicyRequested:
+		var d events.ObjectRef
+		if err := decodeObject(e, &d, &d.Namespace, &d.Name); err != nil {
+			return err
+		}
+		var out reconcile.PolicyOutcome
+		out, err = h.ev.Evaluate(ctx, d.Namespace, d.Name)
+		outs = []reconcile.PolicyOutcome{out}
+	case apiServerAdd, apiServerUpdate:
+		var pol v1.ImagePolicy
+		if err := decodeObject(e, &pol, &pol.Namespace, &pol.Name); err != nil {
+			return err
+		}
+		if why := notDue(&pol); why != "" {
+			h.log.Info("event ignored", "type", e.Type(), "id", e.ID(), "subject", e.Subject(), "why", why)
+			return nil
+		}
+		var out reconcile.PolicyOutcome
+		out, err = h.ev.Evaluate(ctx, pol.Namespace, pol.Name)
+		outs = []reconcile.PolicyOutcome{out}
+	default:
+		h.log.Info("event ignored", "type", e.Type(), "id", e.ID(), "source", e.Source(), "why", "unknown type")
+		return nil
+	}
+	attrs := []any{"type", e.Type(), "id", e.ID(), "source", e.Source(), "subject", e.Subject(),
+		"policies", len(outs), "duration", time.Since(start)}
+	if err != nil {
+		h.log.Error("event handled", append(attrs, "error", err.Error())...)
+		return err
+	}
+	h.log.Info("event handled", attrs...)
+	return nil
+}
+
+// decodeObject decodes an event's data into v and requires the namespace and name it names.
+func decodeObject(e cloudevents.Event, v any, namespace, name *string) error {
+	if err := events.Decode(e, v); err != nil {
+		return err
+	}
+	if *namespace == "" || *name == "" {
+		return fmt.Errorf("%w: %s %s: data names no namespace and name", events.ErrRejected, e.Type(), e.ID())
+	}
+	return nil
+}
+
+// notDue tells why an ApiServerSource event about pol needs no evaluation ("" when it does).
+// Events about other kinds are not for this function. A full object (Resource mode) is due when
+// its generation or reconcile request is new; a bare reference (Reference mode) always is, and the
+// evaluator skips it when nothing changed. The status writes of evaluations come back as update
+// events and are not due.
+func notDue(pol *v1.ImagePolicy) string {
+	if pol.Kind != "" && pol.Kind != v1.ImagePolicyKind {
+		return "not an ImagePolicy: " + pol.Kind
+	}
+	if pol.UID == "" {
+		return ""
+	}
+	if reconcile.PolicyDue(pol, reconcile.Window{Now: time.Now()}) == "" {
+		return "not due: generation and reconcile request already handled, or suspended"
+	}
+	return ""
+}

@@ -1,0 +1,223 @@
+// Package policy is the policy function: it selects the latest image of ImagePolicies from the
+// tag store and writes their status. It holds only the wiring; the work is
+// internal/reconcile's Evaluator.
+//
+// It registers one HTTP function, "policy", with functions-framework-go, which answers:
+//
+//	GET  /healthz                                   200
+//	POST /evaluate?namespace=N&name=P               evaluate ImagePolicy N/P; JSON outcome
+//	POST /evaluate-repository?namespace=N&name=R    evaluate the ImagePolicies of ImageRepository N/R
+//	POST / (any other path)                         CloudEvents, binary or structured mode:
+//	    io.imagereflector.tags.changed.v1           the scan function: evaluate the repository's policies
+//	    io.imagereflector.policy.requested.v1       the cron reconciler: evaluate one policy
+//	    dev.knative.apiserver.resource.add|update   ApiServerSource: evaluate a new or changed policy
+//	    anything else                               202, ignored
+//
+// Its dependencies come from the environment on first use:
+//
+//	KUBECONFIG            kubeconfig file; in-cluster configuration without it
+//	REFLECTOR_STORE_DIR   the Badger tag store directory, opened read-only (required)
+//	K_SINK                where LatestChanged events go (Knative SinkBinding); none without it
+package policy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+
+	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
+
+	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/registry"
+	"github.com/imagereflector/reflector/internal/store"
+)
+
+func init() {
+	functions.HTTP("policy", serveLazily)
+}
+
+// Deps are what the policy function works with.
+type Deps struct {
+	Kube     *kube.Client
+	Registry *registry.Client
+	// Store is the tag store; open it read-only.
+	Store *store.Store
+	// Sink receives LatestChanged events; nil sends none.
+	Sink *events.Sender
+	// Recorder writes Kubernetes Events; nil writes none.
+	Recorder *kube.Recorder
+	// Log receives one line per request and per evaluation; nil means slog.Default().
+	Log *slog.Logger
+}
+
+// FromEnv builds Deps from the environment described in the package comment.
+func FromEnv() (*Deps, error) {
+	dir := os.Getenv("REFLECTOR_STORE_DIR")
+	if dir == "" {
+		return nil, errors.New("REFLECTOR_STORE_DIR is required: the tag store directory")
+	}
+	cfg, err := kube.Config(os.Getenv("KUBECONFIG"))
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes configuration: %w", err)
+	}
+	c, err := kube.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	sink, err := events.NewSender(os.Getenv("K_SINK"), events.SourcePolicy, nil)
+	if err != nil {
+		return nil, fmt.Errorf("K_SINK: %w", err)
+	}
+	return &Deps{
+		Kube:     c,
+		Registry: registry.New(),
+		Store:    store.New(dir, store.ReadOnly()),
+		Sink:     sink,
+		Recorder: kube.NewRecorder(c.Core, "reflector-policy"),
+	}, nil
+}
+
+// Handler is the policy function's HTTP handler; the package comment lists what it answers.
+type Handler struct {
+	deps *Deps
+	ev   *reconcile.Evaluator
+	log  *slog.Logger
+	mux  *http.ServeMux
+}
+
+// NewHandler returns the function's handler over d.
+func NewHandler(d *Deps) *Handler {
+	log := d.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	ev := &reconcile.Evaluator{
+		Kube: d.Kube, Store: d.Store, Registry: d.Registry, Recorder: d.Recorder, Log: log,
+	}
+	// A nil *events.Sender in the interface would be non-nil; leave the field unset instead.
+	if d.Sink != nil {
+		ev.Sink = d.Sink
+	}
+	h := &Handler{deps: d, ev: ev, log: log, mux: http.NewServeMux()}
+	h.mux.HandleFunc("/healthz", healthz)
+	h.mux.HandleFunc("POST /evaluate", h.evaluate)
+	h.mux.HandleFunc("POST /evaluate-repository", h.evaluateRepository)
+	h.mux.Handle("/", events.Handler(h.handleEvent))
+	return h
+}
+
+// ServeHTTP routes a request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	h.mux.ServeHTTP(w, req)
+}
+
+// Close closes the recorder and the tag store, so that the next process needs no log replay.
+// Call it after the server has stopped taking requests.
+func (h *Handler) Close() error {
+	h.deps.Recorder.Shutdown()
+	return h.deps.Store.Close()
+}
+
+// evaluate serves POST /evaluate?namespace=&name=.
+func (h *Handler) evaluate(w http.ResponseWriter, req *http.Request) {
+	ns, name, ok := objectParams(w, req)
+	if !ok {
+		return
+	}
+	out, err := h.ev.Evaluate(req.Context(), ns, name)
+	respond(w, out, err)
+}
+
+// evaluateRepository serves POST /evaluate-repository?namespace=&name=.
+func (h *Handler) evaluateRepository(w http.ResponseWriter, req *http.Request) {
+	ns, name, ok := objectParams(w, req)
+	if !ok {
+		return
+	}
+	outs, err := h.ev.EvaluateRepository(req.Context(), ns, name)
+	if outs == nil {
+		outs = []reconcile.PolicyOutcome{}
+	}
+	respond(w, outs, err)
+}
+
+func objectParams(w http.ResponseWriter, req *http.Request) (ns, name string, ok bool) {
+	q := req.URL.Query()
+	ns, name = q.Get("namespace"), q.Get("name")
+	if ns == "" || name == "" {
+		http.Error(w, "namespace and name query parameters are required", http.StatusBadRequest)
+		return "", "", false
+	}
+	return ns, name, true
+}
+
+// respond writes v as JSON, with 500 when err is set: the evaluator could not do its work and
+// the caller should try again.
+func respond(w http.ResponseWriter, v any, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	code := http.StatusOK
+	body := any(v)
+	if err != nil {
+		code = http.StatusInternalServerError
+		body = struct {
+			Error   string `json:"error"`
+			Outcome any    `json:"outcome"`
+		}{err.Error(), v}
+	}
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+func healthz(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "GET /healthz", http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// lazy holds the handler that functions-framework-go serves, built on the first request so
+// that importing the package has no side effects; a failed build is retried on the next one.
+var lazy struct {
+	mu sync.Mutex
+	h  *Handler
+}
+
+func serveLazily(w http.ResponseWriter, req *http.Request) {
+	if req.URL.Path == "/healthz" {
+		healthz(w, req)
+		return
+	}
+	h, err := lazyHandler()
+	if err != nil {
+		slog.Error("policy function is not configured", "error", err.Error())
+		http.Error(w, "policy function is not configured: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	h.ServeHTTP(w, req)
+}
+
+func lazyHandler() (*Handler, error) {
+	lazy.mu.Lock()
+	defer lazy.mu.Unlock()
+	if lazy.h != nil {
+		return lazy.h, nil
+	}
+	d, err := FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	// functions-framework-go's server stops without draining; closing the store on SIGTERM
+	// is the most it allows.
+	store.CloseOnSignal(d.Store)
+	lazy.h = NewHandler(d)
+	return lazy.h, nil
+}
