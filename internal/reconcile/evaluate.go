@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
@@ -130,7 +131,6 @@ func (e *Evaluator) Evaluate(ctx context.Context, namespace, name string) (Polic
 		return e.logged(out, start, fmt.Errorf("reading ImagePolicy %s/%s: %w", namespace, name, err))
 	}
 	w := e.newPolicyWorld(ctx)
-	defer w.close()
 	out, err := e.evaluate(ctx, w, pol)
 	return e.logged(out, start, err)
 }
@@ -274,6 +274,7 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 			st.LastHandledReconcileAt = token
 		}
 		markSucceeded(&st.Conditions, pol.Generation, readyMessage(st))
+		set(&st.Conditions, pol.Generation, v1.TagsEvaluatedCondition, metav1.ConditionTrue, v1.EvaluatedReason, inputs.revision)
 		return nil
 	})
 	if err != nil {

@@ -634,3 +634,39 @@ func TestEvaluateIntegrationRepository(t *testing.T) {
 		}
 	}
 }
+
+// TestEvaluateIntegrationAll: the sweep a starting process runs catches up with a tag change
+// that no event announced, and a cancelled sweep says how much it left undone.
+func TestEvaluateIntegrationAll(t *testing.T) {
+	f := newEvalFixture(t)
+	for _, r := range []string{"x", "y"} {
+		f.repo(t, f.ns, r, "ghcr.io/org/"+r)
+		f.put(t, f.ns, r, "1.0.0")
+		f.policy(t, f.ns, r, v1.ImagePolicySpec{ImageRepositoryRef: refTo(r), Policy: semver("*")})
+		f.evaluate(t, f.ns, r)
+	}
+	f.put(t, f.ns, "y", "1.0.0", "1.1.0")
+
+	outs, err := f.evaluator(t).EvaluateAll(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := map[string]reconcile.PolicyOutcome{}
+	for _, o := range outs {
+		if o.Namespace == f.ns {
+			mine[o.Name] = o
+		}
+	}
+	if x := mine["x"]; len(mine) != 2 || x.Result != reconcile.PolicySucceeded || x.Changed {
+		t.Errorf("x: %+v", x)
+	}
+	if y := mine["y"]; y.Result != reconcile.PolicySucceeded || !y.Changed || y.Latest.Tag != "1.1.0" {
+		t.Errorf("y: %+v", y)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if outs, err := f.evaluator(t).EvaluateAll(ctx); err == nil || len(outs) != 0 {
+		t.Errorf("cancelled sweep: %d outcomes, %v", len(outs), err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,48 +21,93 @@ import (
 // The error joins the evaluator's own failures; the outcomes of the policies that were evaluated
 // are returned with it.
 func (e *Evaluator) EvaluateRepository(ctx context.Context, repoNamespace, repoName string) ([]PolicyOutcome, error) {
-	var refs []*v1.ImagePolicy
+	pols, err := e.policies(ctx, func(p *v1.ImagePolicy) bool {
+		return p.RepositoryNamespace() == repoNamespace && p.Spec.ImageRepositoryRef.Name == repoName
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e.evaluateAll(ctx, pols)
+}
+
+// EvaluateAll evaluates every ImagePolicy of the cluster. A process that starts runs it once:
+// a TagsChanged event sent while no process was there to receive it (or to one that died before
+// answering) is otherwise lost, and nothing else tells a Ready policy that its tags changed.
+// Policies whose result did not change are not written.
+func (e *Evaluator) EvaluateAll(ctx context.Context) ([]PolicyOutcome, error) {
+	pols, err := e.policies(ctx, func(*v1.ImagePolicy) bool { return true })
+	if err != nil {
+		return nil, err
+	}
+	return e.evaluateAll(ctx, pols)
+}
+
+// policies pages through every ImagePolicy of the cluster and returns those keep accepts.
+func (e *Evaluator) policies(ctx context.Context, keep func(*v1.ImagePolicy) bool) ([]*v1.ImagePolicy, error) {
+	limit := e.PageSize
+	if limit <= 0 {
+		limit = 500
+	}
+	var out []*v1.ImagePolicy
 	cont := ""
 	for {
-		limit := e.PageSize
-		if limit <= 0 {
-			limit = 500
-		}
 		list, err := e.Kube.Policies.List(ctx, "", metav1.ListOptions{Limit: limit, Continue: cont})
 		if err != nil {
 			return nil, fmt.Errorf("listing ImagePolicies: %w", err)
 		}
 		for i := range list.Items {
-			p := &list.Items[i]
-			if p.RepositoryNamespace() == repoNamespace && p.Spec.ImageRepositoryRef.Name == repoName {
-				refs = append(refs, p)
+			if p := &list.Items[i]; keep(p) {
+				out = append(out, p)
 			}
 		}
 		if cont = list.Continue; cont == "" {
-			break
+			return out, nil
 		}
 	}
+}
 
+// evaluateAll evaluates pols, as listed, with bounded concurrency and one shared view of the
+// repositories, namespaces and tags they refer to. Policies are taken repository by repository,
+// so that each repository's tags are read once and dropped when its policies are done.
+func (e *Evaluator) evaluateAll(ctx context.Context, pols []*v1.ImagePolicy) ([]PolicyOutcome, error) {
+	repoKey := func(p *v1.ImagePolicy) string {
+		return StoreKey(p.RepositoryNamespace(), p.Spec.ImageRepositoryRef.Name)
+	}
+	slices.SortStableFunc(pols, func(a, b *v1.ImagePolicy) int { return strings.Compare(repoKey(a), repoKey(b)) })
 	w := e.newPolicyWorld(ctx)
-	defer w.close()
-	outs := make([]PolicyOutcome, len(refs))
-	errs := make([]error, len(refs))
+	for _, p := range pols {
+		w.expect(repoKey(p))
+	}
+	outs := make([]PolicyOutcome, len(pols))
+	errs := make([]error, len(pols))
 	conc := e.Concurrency
 	if conc <= 0 {
 		conc = DefaultEvaluateConcurrency
 	}
 	sem := make(chan struct{}, conc)
 	var wg sync.WaitGroup
-	for i, pol := range refs {
-		sem <- struct{}{}
+	started := 0
+	for i, pol := range pols {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		started++
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			start := e.now()
 			out, err := e.evaluate(ctx, w, pol)
 			outs[i], errs[i] = e.logged(out, start, err)
+			w.release(repoKey(pol))
 		}()
 	}
 	wg.Wait()
-	return outs, errors.Join(errs...)
+	if started < len(pols) {
+		errs = append(errs[:started], fmt.Errorf("%d ImagePolicies not evaluated: %w", len(pols)-started, context.Cause(ctx)))
+	}
+	return outs[:started], errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -17,11 +18,14 @@ import (
 // hundred policies of one repository cost one read of its object and of its tags.
 type policyWorld struct {
 	e *Evaluator
-	// storeCtx bounds the waits for the tag store of the whole call.
-	storeCtx context.Context
-	cancel   context.CancelFunc
+	// ctx is the call's; each read of the tag store waits for it at most wait.
+	ctx  context.Context
+	wait time.Duration
 
-	mu         sync.Mutex
+	mu sync.Mutex
+	// users counts the evaluations still to come per repository key, so that a long sweep holds
+	// the tags of only the repositories it is working on.
+	users      map[string]int
 	repos      map[string]*lazyValue[*v1.ImageRepository]
 	namespaces map[string]*lazyValue[labels.Set]
 	revisions  map[string]*lazyValue[string]
@@ -40,9 +44,9 @@ func (e *Evaluator) newPolicyWorld(ctx context.Context) *policyWorld {
 	if wait <= 0 {
 		wait = DefaultStoreWait
 	}
-	sctx, cancel := context.WithTimeout(ctx, wait)
 	return &policyWorld{
-		e: e, storeCtx: sctx, cancel: cancel,
+		e: e, ctx: ctx, wait: wait,
+		users:      map[string]int{},
 		repos:      map[string]*lazyValue[*v1.ImageRepository]{},
 		namespaces: map[string]*lazyValue[labels.Set]{},
 		revisions:  map[string]*lazyValue[string]{},
@@ -50,7 +54,25 @@ func (e *Evaluator) newPolicyWorld(ctx context.Context) *policyWorld {
 	}
 }
 
-func (w *policyWorld) close() { w.cancel() }
+// expect announces one more evaluation of a policy of the repository key.
+func (w *policyWorld) expect(key string) {
+	w.mu.Lock()
+	w.users[key]++
+	w.mu.Unlock()
+}
+
+// release forgets what was read for the repository key once its last expected evaluation ended.
+func (w *policyWorld) release(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.users[key]--; w.users[key] > 0 {
+		return
+	}
+	delete(w.users, key)
+	delete(w.repos, key)
+	delete(w.revisions, key)
+	delete(w.entries, key)
+}
 
 // load returns the value of key in m, loading it on first use.
 func load[T any](w *policyWorld, m map[string]*lazyValue[T], key string, fn func() (T, error)) (T, error) {
@@ -85,13 +107,17 @@ func (w *policyWorld) namespaceLabels(ctx context.Context, namespace string) (la
 // that turns out to be unchanged never needs.
 func (w *policyWorld) revision(key string) (string, error) {
 	return load(w, w.revisions, key, func() (string, error) {
-		return w.e.Store.Revision(w.storeCtx, key)
+		ctx, cancel := context.WithTimeout(w.ctx, w.wait)
+		defer cancel()
+		return w.e.Store.Revision(ctx, key)
 	})
 }
 
 func (w *policyWorld) entry(key string) (store.Entry, error) {
 	return load(w, w.entries, key, func() (store.Entry, error) {
-		return w.e.Store.Get(w.storeCtx, key)
+		ctx, cancel := context.WithTimeout(w.ctx, w.wait)
+		defer cancel()
+		return w.e.Store.Get(ctx, key)
 	})
 }
 
