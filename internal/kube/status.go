@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -17,7 +19,7 @@ import (
 // status from the object it is given. When mutate leaves the status unchanged nothing is written.
 func (o *Objects[T, L]) UpdateStatus(ctx context.Context, namespace, name string, mutate func(T) error) (T, error) {
 	var out T
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+	err := retry.RetryOnConflict(statusBackoff, func() error {
 		cur, err := o.Get(ctx, namespace, name)
 		if err != nil {
 			return err
@@ -31,6 +33,11 @@ func (o *Objects[T, L]) UpdateStatus(ctx context.Context, namespace, name string
 	})
 	return out, err
 }
+
+// statusBackoff spaces the retries of a conflicting status write over about two seconds. A
+// push burst annotates an object several times a second, and each annotation makes a status
+// write in flight conflict; client-go's default gives up after four tries.
+var statusBackoff = wait.Backoff{Steps: 12, Duration: 10 * time.Millisecond, Factor: 1.5, Jitter: 0.5, Cap: 500 * time.Millisecond}
 
 // PatchStatus writes the difference between old's and obj's status through the status
 // subresource, guarded by old's resourceVersion; the apiserver answers a conflict when old is
