@@ -1,0 +1,161 @@
+package receiver_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/receiver"
+)
+
+// postEvent sends one CloudEvent to the fixture in binary or structured mode and returns the
+// status code and body of the answer.
+func (f *fixture) postEvent(t testing.TB, structured bool, ceType, id string, data []byte) (int, string) {
+	t.Helper()
+	var req *http.Request
+	var err error
+	if structured {
+		envelope, _ := json.Marshal(map[string]any{
+			"specversion": "1.0", "type": ceType, "source": "/test", "id": id,
+			"datacontenttype": "application/json", "data": json.RawMessage(data),
+		})
+		req, err = http.NewRequest(http.MethodPost, f.srv.URL+"/", bytes.NewReader(envelope))
+		if err == nil {
+			req.Header.Set("Content-Type", "application/cloudevents+json")
+		}
+	} else {
+		req, err = http.NewRequest(http.MethodPost, f.srv.URL+"/", bytes.NewReader(data))
+		if err == nil {
+			req.Header.Set("Ce-Specversion", "1.0")
+			req.Header.Set("Ce-Type", ceType)
+			req.Header.Set("Ce-Source", "/test")
+			req.Header.Set("Ce-Id", id)
+			req.Header.Set("Content-Type", "application/json")
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestCloudEventIntegration covers the broker path in both modes: the cron's scan request
+// is scanned before the answer; an ApiServerSource add event of a never-scanned repository
+// is scanned, and the update that the scan's status write causes is not; a CDEvents
+// artifact.published push is matched in every namespace, annotated and scanned.
+func TestCloudEventIntegration(t *testing.T) {
+	f := newFixture(t)
+	ns := f.namespace(t, "")
+	f.reg.Push(t, "ce/cron", "1.0.0")
+	f.reg.Push(t, "ce/source", "2.0.0")
+	f.createRepo(t, ns, "cron", f.reg.Image("ce/cron"))
+	f.createRepo(t, ns, "source", f.reg.Image("ce/source"))
+
+	for _, structured := range []bool{false, true} {
+		mode := map[bool]string{false: "binary", true: "structured"}[structured]
+		t.Run(mode, func(t *testing.T) {
+			// The cron reconciler's request: scanned by the time it is answered.
+			data, _ := json.Marshal(events.ObjectRef{Namespace: ns, Name: "cron", Reason: "interval elapsed"})
+			if code, body := f.postEvent(t, structured, events.TypeScanRequested, "cron-"+mode, data); code != http.StatusAccepted {
+				t.Fatalf("scan request: %d %s", code, body)
+			}
+			if r := f.get(t, ns, "cron"); r.Status.LastScanResult == nil || r.Status.LastScanResult.LatestTags[0] != "1.0.0" {
+				t.Fatalf("not scanned before the answer: %+v", r.Status)
+			}
+			// Undecodable data is refused for good.
+			if code, body := f.postEvent(t, structured, events.TypeScanRequested, "bad-"+mode, []byte(`{"namespace": 1}`)); code != http.StatusBadRequest {
+				t.Errorf("undecodable scan request: %d %s", code, body)
+			}
+			if code, _ := f.postEvent(t, structured, "com.example.unrelated", "x-"+mode, []byte(`{}`)); code != http.StatusAccepted {
+				t.Errorf("unknown type: %d", code)
+			}
+		})
+	}
+
+	// ApiServerSource, resource mode: the object as it was added.
+	obj, _ := json.Marshal(f.get(t, ns, "source"))
+	obj = withTypeMeta(obj)
+	if code, body := f.postEvent(t, true, receiver.APIServerResourceAdd, "add-1", obj); code != http.StatusAccepted {
+		t.Fatalf("add event: %d %s", code, body)
+	}
+	if r := f.get(t, ns, "source"); r.Status.LastScanResult == nil || r.Status.LastScanResult.LatestTags[0] != "2.0.0" {
+		t.Fatalf("add event not scanned: %+v", r.Status)
+	}
+	listings := f.tagListings("")
+	obj = withTypeMeta(mustJSON(t, f.get(t, ns, "source")))
+	if code, body := f.postEvent(t, false, receiver.APIServerResourceUpdate, "update-1", obj); code != http.StatusAccepted {
+		t.Fatalf("update event: %d %s", code, body)
+	}
+	if f.tagListings("") != listings {
+		t.Error("the update caused by the scan's own status write was scanned")
+	}
+	// Reference mode: the object is read, and a `flux reconcile` annotation makes it due.
+	if _, err := f.kube.Repositories.RequestReconcile(t.Context(), ns, "source", "2030-01-01T00:00:00Z"); err != nil {
+		t.Fatal(err)
+	}
+	ref := fmt.Appendf(nil, `{"apiVersion":"image.toolkit.fluxcd.io/v1","kind":"ImageRepository","namespace":%q,"name":"source"}`, ns)
+	if code, body := f.postEvent(t, false, receiver.APIServerRefUpdate, "update-2", ref); code != http.StatusAccepted {
+		t.Fatalf("reference update: %d %s", code, body)
+	}
+	if f.tagListings("") != listings+1 || f.get(t, ns, "source").Status.LastHandledReconcileAt != "2030-01-01T00:00:00Z" {
+		t.Error("a requested reconcile announced by ApiServerSource was not scanned")
+	}
+
+	// CDEvents artifact.published from the CDEvents spec, matched in every namespace.
+	other := f.namespace(t, "")
+	f.reg.Push(t, "myorg/myapp", "v0.1.0")
+	f.createRepo(t, ns, "cd", "mycr.io/myorg/myapp")
+	f.createRepo(t, other, "cd", "mycr.io/myorg/myapp")
+	cd := testdata(t, "cdevents")
+	if code, body := f.postEvent(t, true, "dev.cdevents.artifact.published.0.2.0", "271069a8", cd); code != http.StatusAccepted {
+		t.Fatalf("cdevent: %d %s", code, body)
+	}
+	for _, n := range []string{ns, other} {
+		if f.annotation(t, n, "cd") == "" {
+			t.Fatalf("%s/cd not annotated before the answer", n)
+		}
+		f.waitTag(t, n, "cd", "v0.1.0")
+	}
+	// The broker's redelivery changes nothing.
+	before := f.annotation(t, ns, "cd")
+	if code, _ := f.postEvent(t, false, "dev.cdevents.artifact.published.0.2.0", "271069a8", cd); code != http.StatusAccepted || f.annotation(t, ns, "cd") != before {
+		t.Errorf("redelivery: %d, annotation %s -> %s", code, before, f.annotation(t, ns, "cd"))
+	}
+	if n := len(f.logs.lines("cloudevent")); n < 9 {
+		t.Errorf("%d cloudevent log lines", n)
+	}
+	if !strings.Contains(f.logs.String(), `"msg":"cloudevent"`) {
+		t.Error("no cloudevent log line")
+	}
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// withTypeMeta adds the apiVersion and kind that ApiServerSource sends and a typed Get leaves
+// out.
+func withTypeMeta(obj []byte) []byte {
+	var m map[string]any
+	_ = json.Unmarshal(obj, &m)
+	m["apiVersion"] = "image.toolkit.fluxcd.io/v1"
+	m["kind"] = "ImageRepository"
+	b, _ := json.Marshal(m)
+	return b
+}
