@@ -88,7 +88,7 @@ func notDue(pol *v1.ImagePolicy) string {
 	if pol.UID == "" {
 		return ""
 	}
-	if reconcile.PolicyDue(pol, reconcile.Window{Now: time.Now()}) == "" {
+	if reconcile.PolicyDue(pol, "", reconcile.Window{Now: time.Now()}) == "" {
 		return "not due: generation and reconcile request already handled, or suspended"
 	}
 	return ""

@@ -92,10 +92,15 @@ func (p *Pass) Run(ctx context.Context) (Summary, error) {
 	var sum Summary
 	var work []dispatch
 
-	live := map[string]bool{}
+	// live maps the store key of every ImageRepository to its tag revision.
+	live := map[string]string{}
 	err := p.listRepositories(ctx, func(r *v1.ImageRepository) {
 		sum.Repositories++
-		live[StoreKey(r.Namespace, r.Name)] = true
+		rev := "-"
+		if r.Status.LastScanResult != nil {
+			rev = r.Status.LastScanResult.Revision
+		}
+		live[StoreKey(r.Namespace, r.Name)] = rev
 		if reason := RepositoryDue(r, w); reason != "" {
 			work = append(work, dispatch{to: p.Scan, ceType: events.TypeScanRequested,
 				ref: events.ObjectRef{Namespace: r.Namespace, Name: r.Name, Reason: reason}})
@@ -106,7 +111,11 @@ func (p *Pass) Run(ctx context.Context) (Summary, error) {
 	}
 	err = p.listPolicies(ctx, func(pol *v1.ImagePolicy) {
 		sum.Policies++
-		if reason := PolicyDue(pol, w); reason != "" {
+		rev := live[StoreKey(pol.RepositoryNamespace(), pol.Spec.ImageRepositoryRef.Name)]
+		if rev == "-" {
+			rev = ""
+		}
+		if reason := PolicyDue(pol, rev, w); reason != "" {
 			work = append(work, dispatch{to: p.Policy, ceType: events.TypePolicyRequested,
 				ref: events.ObjectRef{Namespace: pol.Namespace, Name: pol.Name, Reason: reason}})
 		}
@@ -177,7 +186,7 @@ feed:
 
 // cleanStore deletes the store entries of ImageRepositories that the complete listing did not
 // return. It runs only after both listings succeeded, so a partial view never deletes anything.
-func (p *Pass) cleanStore(ctx context.Context, live map[string]bool, log *slog.Logger) int {
+func (p *Pass) cleanStore(ctx context.Context, live map[string]string, log *slog.Logger) int {
 	keys, err := p.Store.Keys(ctx)
 	if err != nil {
 		log.Warn("listing store keys", "error", err)
@@ -185,7 +194,7 @@ func (p *Pass) cleanStore(ctx context.Context, live map[string]bool, log *slog.L
 	}
 	n := 0
 	for _, k := range keys {
-		if live[k] {
+		if _, ok := live[k]; ok {
 			continue
 		}
 		if err := p.Store.Delete(ctx, k); err != nil {

@@ -27,6 +27,7 @@ const (
 	DueInterval          = "interval elapsed"
 	DueRetry             = "retrying after failure"
 	DueDigestRefresh     = "digest refresh"
+	DueTagsChanged       = "tags changed"
 )
 
 // Window is the span of time that one cron pass answers for: every pass asks "did anything
@@ -80,8 +81,9 @@ func RepositoryDue(repo *v1.ImageRepository, w Window) string {
 }
 
 // PolicyDue tells whether an ImagePolicy needs an evaluation and why ("" when it does not).
-// Evaluations that tag changes cause are not decided here: the scan function announces those.
-func PolicyDue(pol *v1.ImagePolicy, w Window) string {
+// repoRevision is the tag revision its ImageRepository reports ("" when unknown): the scan
+// function announces every change, and this catches the announcements that were lost.
+func PolicyDue(pol *v1.ImagePolicy, repoRevision string, w Window) string {
 	if pol.Spec.Suspend || !pol.DeletionTimestamp.IsZero() {
 		return ""
 	}
@@ -92,10 +94,16 @@ func PolicyDue(pol *v1.ImagePolicy, w Window) string {
 	if token, ok := pol.Annotations[v1.ReconcileRequestAnnotation]; ok && token != st.LastHandledReconcileAt {
 		return DueRequested
 	}
+	ready := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition)
+	if ready != nil && ready.Status == metav1.ConditionTrue && repoRevision != "" {
+		if ev := apimeta.FindStatusCondition(st.Conditions, v1.TagsEvaluatedCondition); ev == nil || ev.Message != repoRevision {
+			return DueTagsChanged
+		}
+	}
 	if interval := pol.GetInterval(); interval > 0 && crossed(w, interval, offset(pol.Namespace, pol.Name)) {
 		return DueDigestRefresh
 	}
-	if ready := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition); ready == nil || ready.Status != metav1.ConditionTrue {
+	if ready == nil || ready.Status != metav1.ConditionTrue {
 		if apimeta.IsStatusConditionTrue(st.Conditions, v1.StalledCondition) {
 			return "" // only a spec change helps, and that changes the generation
 		}

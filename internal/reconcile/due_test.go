@@ -139,7 +139,7 @@ func TestPolicyDue(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := PolicyDue(tt.pol, w); got != tt.want {
+			if got := PolicyDue(tt.pol, "", w); got != tt.want {
 				t.Errorf("PolicyDue() = %q, want %q", got, tt.want)
 			}
 		})
@@ -148,7 +148,7 @@ func TestPolicyDue(t *testing.T) {
 	count := func(p *v1.ImagePolicy, reason string) int {
 		n := 0
 		for i := range 60 {
-			if PolicyDue(p, Window{Now: now.Add(time.Duration(i) * time.Minute), Period: time.Minute}) == reason {
+			if PolicyDue(p, "", Window{Now: now.Add(time.Duration(i) * time.Minute), Period: time.Minute}) == reason {
 				n++
 			}
 		}
@@ -163,6 +163,18 @@ func TestPolicyDue(t *testing.T) {
 	}
 	if n := count(policy(), DueDigestRefresh); n != 0 {
 		t.Errorf("Never: %d refreshes an hour", n)
+	}
+	evaluated := policy(func(p *v1.ImagePolicy) {
+		p.Status.Conditions = append(p.Status.Conditions, metav1.Condition{Type: v1.TagsEvaluatedCondition, Status: metav1.ConditionTrue, Message: "rev-1"})
+	})
+	if got := PolicyDue(evaluated, "rev-1", w); got != "" {
+		t.Errorf("evaluated at the repository's revision: %q", got)
+	}
+	if got := PolicyDue(evaluated, "rev-2", w); got != DueTagsChanged {
+		t.Errorf("repository moved on: %q, want %q", got, DueTagsChanged)
+	}
+	if got := PolicyDue(policy(), "rev-1", w); got != DueTagsChanged {
+		t.Errorf("never evaluated against a revision: %q", got)
 	}
 	notReady := policy(func(p *v1.ImagePolicy) {
 		p.Status.Conditions = []metav1.Condition{{Type: v1.ReadyCondition, Status: metav1.ConditionFalse}}

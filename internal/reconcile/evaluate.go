@@ -320,6 +320,11 @@ func (e *Evaluator) fail(ctx context.Context, pol *v1.ImagePolicy, token, reason
 	if stalled {
 		out.Result = PolicyStalled
 	}
+	if ctx.Err() != nil {
+		// The caller gave up (a shutdown, a cancelled request): what failed is the evaluation,
+		// not the policy, and the request is delivered again.
+		return out, fmt.Errorf("evaluation of ImagePolicy %s/%s cut short (%s): %w", pol.Namespace, pol.Name, out.Message, context.Cause(ctx))
+	}
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	updated, err := e.Kube.Policies.UpdateStatus(wctx, pol.Namespace, pol.Name, func(p *v1.ImagePolicy) error {

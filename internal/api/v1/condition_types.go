@@ -13,10 +13,18 @@ const (
 	ReconcilingCondition = "Reconciling"
 	// StalledCondition is present when reconciliation cannot go on without a change of the spec.
 	StalledCondition = "Stalled"
+	// TagsEvaluatedCondition is reflector's own condition on an ImagePolicy: its message is the
+	// tag revision (the ImageRepository's status.lastScanResult.revision) that the last
+	// successful evaluation read. The cron reconciler compares it with the repository's current
+	// revision, so a policy whose "tags changed" event was lost is still evaluated. Flux's
+	// tooling ignores condition types it does not know.
+	TagsEvaluatedCondition = "TagsEvaluated"
 )
 
 // Condition reasons, with the names Flux uses for them.
 const (
+	// EvaluatedReason is the reason of TagsEvaluatedCondition.
+	EvaluatedReason = "Evaluated"
 	// SucceededReason signals that the reconciliation succeeded.
 	SucceededReason = "Succeeded"
 	// FailedReason signals that the reconciliation failed.
