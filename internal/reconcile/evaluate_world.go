@@ -44,6 +44,10 @@ func (e *Evaluator) newPolicyWorld(ctx context.Context) *policyWorld {
 	if wait <= 0 {
 		wait = DefaultStoreWait
 	}
+	// A caller with a deadline gets a store wait that leaves time to record its failure.
+	if d, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(d)*3/4)
+	}
 	return &policyWorld{
 		e: e, ctx: ctx, wait: wait,
 		users:      map[string]int{},

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/store"
+	"github.com/imagereflector/reflector/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestPolicyCommandIntegrationGracefulShutdown: SIGTERM during an evaluation that waits for the
+// tag store lets it finish and answer, then the process ends cleanly.
+func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
+	env := testenv.Kube(t)
+	ctx := context.Background()
+	c, err := kube.New(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := env.Namespace(t)
+	dir := t.TempDir()
+	_, err = c.Repositories.Create(ctx, &v1.ImageRepository{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"},
+		Spec:       v1.ImageRepositorySpec{Image: "ghcr.io/org/app", Interval: metav1.Duration{Duration: time.Hour}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Policies.Create(ctx, &v1.ImagePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"},
+		Spec: v1.ImagePolicySpec{ImageRepositoryRef: v1.NamespacedObjectReference{Name: "app"},
+			Policy: v1.ImagePolicyChoice{SemVer: &v1.SemVerPolicy{Range: "*"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer := store.New(dir, store.WithLinger(0))
+	if _, _, err := writer.Put(ctx, reconcile.StoreKey(ns, "app"), []string{"1.0.0", "1.1.0"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A writer holds the store, so that every evaluation waits until it lets go.
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PORT", strconv.Itoa(port))
+	t.Setenv("KUBECONFIG", env.Kubeconfig)
+	t.Setenv("REFLECTOR_STORE_DIR", dir)
+	t.Setenv("K_SINK", "")
+	logs := &bytes.Buffer{}
+	ran := make(chan error, 1)
+	go func() { ran <- run(20*time.Second, slog.New(slog.NewJSONHandler(logs, nil))) }()
+	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err := http.Get(url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the function did not start: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	type answer struct {
+		code int
+		body []byte
+		err  error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		resp, err := http.Post(url+"/evaluate?namespace="+ns+"&name=app", "", nil)
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		answered <- answer{code: resp.StatusCode, body: b, err: err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	a := <-answered
+	var out reconcile.PolicyOutcome
+	if a.err != nil || a.code != http.StatusOK || json.Unmarshal(a.body, &out) != nil || out.Result != reconcile.PolicySucceeded {
+		t.Errorf("in-flight evaluation: %d %s %v", a.code, a.body, a.err)
+	}
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the function did not stop")
+	}
+	if _, err := http.Get(url + "/healthz"); err == nil {
+		t.Error("still serving after shutdown")
+	}
+	p, err := c.Policies.Get(ctx, ns, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != "1.1.0" {
+		t.Errorf("latestRef %+v", p.Status.LatestRef)
+	}
+	if !bytes.Contains(logs.Bytes(), []byte(`"msg":"shutting down"`)) {
+		t.Errorf("logs:\n%s", logs)
+	}
+}
