@@ -57,15 +57,30 @@ func repoRoot(t testing.TB) string {
 }
 
 // build runs kustomize on an overlay of knative/ that adds the given kustomization lines
-// (an images: or transformers: section), as `kubectl apply -k` would after `make images`.
+// (an images:, transformers: or components: section), as `kubectl apply -k` would after
+// `make images`.
 func build(t testing.TB, overlay string) []*unstructured.Unstructured {
 	t.Helper()
+	return buildWith(t, overlay, nil)
+}
+
+// buildWith is build with more files beside the overlay's kustomization, such as a
+// transformer configuration it names.
+func buildWith(t testing.TB, overlay string, files map[string][]byte) []*unstructured.Unstructured {
+	t.Helper()
 	dir := t.TempDir()
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// kustomize refuses an absolute path to a base.
 	base, err := filepath.Rel(dir, filepath.Join(repoRoot(t), "knative"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The overlay names knative/ (and its components) as {{knative}}.
+	overlay = strings.ReplaceAll(overlay, "{{knative}}", base)
 	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\n%s", base, overlay)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
@@ -345,5 +360,61 @@ func TestTriggersRouteEveryEventIntegration(t *testing.T) {
 		if !want[r] {
 			t.Errorf("unexpected route: type %q kind %q to %s", r.typ, r.kind, r.subscriber)
 		}
+	}
+}
+
+// TestClusterWebhookComponentIntegration applies knative/ with the cluster-webhook component,
+// which turns on the scan function's cluster receiver, by server-side dry-run.
+func TestClusterWebhookComponentIntegration(t *testing.T) {
+	env := testenv.Kube(t)
+	installKnativeCRDs(t, env)
+	ensureNamespace(t, env)
+	a := newApplier(env)
+	found := false
+	for _, obj := range build(t, placeholderImages()+"components:\n  - {{knative}}/cluster-webhook\n") {
+		if obj.GetKind() != "Service" || obj.GetName() != "reflector-scan" {
+			continue
+		}
+		found = true
+		applied, err := a.apply(context.Background(), obj, true)
+		if err != nil {
+			t.Fatalf("reflector-scan with the cluster-webhook component rejected: %v", err)
+		}
+		containers, _, _ := unstructured.NestedSlice(applied.Object, "spec", "template", "spec", "containers")
+		c, _ := containers[0].(map[string]any)
+		envs, _ := c["env"].([]any)
+		var file string
+		for _, e := range envs {
+			if m, _ := e.(map[string]any); m["name"] == "REFLECTOR_CLUSTER_SECRET_FILE" {
+				file, _ = m["value"].(string)
+			}
+		}
+		mounts, _ := c["volumeMounts"].([]any)
+		mounted := false
+		for _, m := range mounts {
+			mm, _ := m.(map[string]any)
+			if p, _ := mm["mountPath"].(string); p != "" && file != "" && strings.HasPrefix(file, p+"/") {
+				mounted = mm["name"] == "cluster-webhook"
+			}
+		}
+		if !mounted {
+			t.Errorf("REFLECTOR_CLUSTER_SECRET_FILE %q is not in the cluster-webhook Secret's mount", file)
+		}
+		volumes, _, _ := unstructured.NestedSlice(applied.Object, "spec", "template", "spec", "volumes")
+		for _, v := range volumes {
+			vm, _ := v.(map[string]any)
+			if vm["name"] != "cluster-webhook" {
+				continue
+			}
+			if optional, _, _ := unstructured.NestedBool(vm, "secret", "optional"); optional {
+				t.Error("with the component the cluster-webhook Secret must be required, so a missing one is reported")
+			}
+			if name, _, _ := unstructured.NestedString(vm, "secret", "secretName"); name != "reflector-cluster-webhook" {
+				t.Errorf("cluster-webhook volume mounts Secret %q", name)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no reflector-scan Service in the build")
 	}
 }
