@@ -2,9 +2,7 @@
 // configured from the environment as that package describes. It runs its own http.Server
 // rather than functions-framework-go's Start, which has no graceful shutdown: on SIGTERM this
 // one stops accepting requests, lets those in flight finish, and then closes the recorder and
-// the tag store, so the next process needs no log replay. On start it evaluates every
-// ImagePolicy once (policy.Handler.Resync), in the background, to catch up with TagsChanged
-// events that were sent while it was not running.
+// the tag store, so the next process needs no log replay.
 package main
 
 import (
@@ -56,18 +54,8 @@ func run(drain time.Duration, log *slog.Logger) error {
 	go func() { served <- srv.ListenAndServe() }()
 	log.Info("serving", "addr", srv.Addr)
 
-	// Evaluations announced while no process was listening would otherwise wait for the next
-	// tag change.
-	resynced := make(chan struct{})
-	go func() {
-		defer close(resynced)
-		_ = h.Resync(ctx)
-	}()
-
 	select {
 	case err := <-served:
-		stop()
-		<-resynced
 		_ = h.Close()
 		return err
 	case <-ctx.Done():
@@ -79,7 +67,6 @@ func run(drain time.Duration, log *slog.Logger) error {
 	if err != nil {
 		log.Warn("requests still running at the drain deadline", "error", err.Error())
 	}
-	<-resynced
 	if err := h.Close(); err != nil {
 		return err
 	}

@@ -21,7 +21,6 @@
 package policy
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,7 +28,6 @@ import (
 	"net/http"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
@@ -124,34 +122,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 func (h *Handler) Close() error {
 	h.deps.Recorder.Shutdown()
 	return h.deps.Store.Close()
-}
-
-// Resync evaluates every ImagePolicy once and logs a summary. Run it when a process starts: a
-// TagsChanged event sent while no process was there to receive it is lost, and the cron
-// reconciler has no way to tell that a Ready policy missed a tag change. Policies whose result is
-// unchanged are not written.
-func (h *Handler) Resync(ctx context.Context) error {
-	start := time.Now()
-	outs, err := h.ev.EvaluateAll(ctx)
-	attrs := []any{"policies", len(outs), "duration", time.Since(start)}
-	results := map[string]int{}
-	changed := 0
-	for _, o := range outs {
-		results[o.Result]++
-		if o.Changed {
-			changed++
-		}
-	}
-	for r, n := range results {
-		attrs = append(attrs, r, n)
-	}
-	attrs = append(attrs, "changed", changed)
-	if err != nil {
-		h.log.Error("resync", append(attrs, "error", err.Error())...)
-		return err
-	}
-	h.log.Info("resync", attrs...)
-	return nil
 }
 
 // evaluate serves POST /evaluate?namespace=&name=.

@@ -274,7 +274,10 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 			st.LastHandledReconcileAt = token
 		}
 		markSucceeded(&st.Conditions, pol.Generation, readyMessage(st))
-		set(&st.Conditions, pol.Generation, v1.TagsEvaluatedCondition, metav1.ConditionTrue, v1.EvaluatedReason, inputs.revision)
+		// The cron reconciler compares this with the repository's revision to find policies
+		// whose TagsChanged event was lost.
+		set(&st.Conditions, pol.Generation, v1.TagsEvaluatedCondition, metav1.ConditionTrue,
+			v1.EvaluatedReason, inputs.revision)
 		return nil
 	})
 	if err != nil {
@@ -370,13 +373,17 @@ func writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // unchanged tells whether pol was last evaluated successfully, by this process, from the same
-// inputs, and its status still shows that result. A policy that reflects digests Always is never
+// inputs, and its status still shows that result, including the tag revision it was evaluated
+// against. A policy that reflects digests Always is never
 // unchanged: the registry may have moved its tag.
 func (e *Evaluator) unchanged(pol *v1.ImagePolicy, in policyInputs) bool {
 	st := &pol.Status
 	if pol.GetDigestReflectionPolicy() == v1.ReflectAlways || st.LatestRef == nil ||
 		st.ObservedGeneration != pol.Generation || st.LastHandledReconcileAt != in.request && in.request != "" ||
 		!apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition) {
+		return false
+	}
+	if ev := apimeta.FindStatusCondition(st.Conditions, v1.TagsEvaluatedCondition); ev == nil || ev.Message != in.revision {
 		return false
 	}
 	e.mu.Lock()

@@ -125,6 +125,20 @@ func TestEvaluateIntegrationRules(t *testing.T) {
 			if !sameRef(p.Status.LatestRef, want) || !sameRef(out.Latest, want) {
 				t.Errorf("latestRef %s (outcome %s), want %s", refString(p.Status.LatestRef), refString(out.Latest), want)
 			}
+			if tc.tag != "" {
+				// The cron reconciler finds lost TagsChanged events by this revision.
+				rev, err := f.writer.Revision(context.Background(), reconcile.StoreKey(f.ns, tc.name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				w := reconcile.Window{Now: time.Now(), Period: time.Minute}
+				if due := reconcile.PolicyDue(p, rev, w); due != "" {
+					t.Errorf("due after evaluating revision %s: %q (%+v)", rev, due, p.Status.Conditions)
+				}
+				if due := reconcile.PolicyDue(p, "sha256:other", w); due != reconcile.DueTagsChanged {
+					t.Errorf("due for another revision: %q", due)
+				}
+			}
 			if tc.tag == "" {
 				f.waitEvent(t, f.ns, tc.name, corev1.EventTypeWarning, tc.reason, tc.message)
 			} else {
@@ -632,41 +646,5 @@ func TestEvaluateIntegrationRepository(t *testing.T) {
 		if o.Result == reconcile.PolicySucceeded {
 			t.Errorf("second pass with the same tags evaluated %s/%s again", o.Namespace, o.Name)
 		}
-	}
-}
-
-// TestEvaluateIntegrationAll: the sweep a starting process runs catches up with a tag change
-// that no event announced, and a cancelled sweep says how much it left undone.
-func TestEvaluateIntegrationAll(t *testing.T) {
-	f := newEvalFixture(t)
-	for _, r := range []string{"x", "y"} {
-		f.repo(t, f.ns, r, "ghcr.io/org/"+r)
-		f.put(t, f.ns, r, "1.0.0")
-		f.policy(t, f.ns, r, v1.ImagePolicySpec{ImageRepositoryRef: refTo(r), Policy: semver("*")})
-		f.evaluate(t, f.ns, r)
-	}
-	f.put(t, f.ns, "y", "1.0.0", "1.1.0")
-
-	outs, err := f.evaluator(t).EvaluateAll(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mine := map[string]reconcile.PolicyOutcome{}
-	for _, o := range outs {
-		if o.Namespace == f.ns {
-			mine[o.Name] = o
-		}
-	}
-	if x := mine["x"]; len(mine) != 2 || x.Result != reconcile.PolicySucceeded || x.Changed {
-		t.Errorf("x: %+v", x)
-	}
-	if y := mine["y"]; y.Result != reconcile.PolicySucceeded || !y.Changed || y.Latest.Tag != "1.1.0" {
-		t.Errorf("y: %+v", y)
-	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if outs, err := f.evaluator(t).EvaluateAll(ctx); err == nil || len(outs) != 0 {
-		t.Errorf("cancelled sweep: %d outcomes, %v", len(outs), err)
 	}
 }

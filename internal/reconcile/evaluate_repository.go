@@ -30,18 +30,6 @@ func (e *Evaluator) EvaluateRepository(ctx context.Context, repoNamespace, repoN
 	return e.evaluateAll(ctx, pols)
 }
 
-// EvaluateAll evaluates every ImagePolicy of the cluster. A process that starts runs it once:
-// a TagsChanged event sent while no process was there to receive it (or to one that died before
-// answering) is otherwise lost, and nothing else tells a Ready policy that its tags changed.
-// Policies whose result did not change are not written.
-func (e *Evaluator) EvaluateAll(ctx context.Context) ([]PolicyOutcome, error) {
-	pols, err := e.policies(ctx, func(*v1.ImagePolicy) bool { return true })
-	if err != nil {
-		return nil, err
-	}
-	return e.evaluateAll(ctx, pols)
-}
-
 // policies pages through every ImagePolicy of the cluster and returns those keep accepts.
 func (e *Evaluator) policies(ctx context.Context, keep func(*v1.ImagePolicy) bool) ([]*v1.ImagePolicy, error) {
 	limit := e.PageSize
