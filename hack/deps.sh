@@ -2,7 +2,7 @@
 # Installs the Debian packages that tests and `make run` use. Idempotent and quick when they
 # are there already.
 set -euo pipefail
-pkgs=(git make)
+pkgs=(git make docker-registry)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
