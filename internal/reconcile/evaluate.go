@@ -259,7 +259,7 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 	var wasReady bool
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
-	updated, err := e.Kube.Policies.UpdateStatus(wctx, pol.Namespace, pol.Name, func(p *v1.ImagePolicy) error {
+	updated, err := e.writeStatus(wctx, pol, func(p *v1.ImagePolicy) error {
 		st := &p.Status
 		wasReady = apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition)
 		out.Changed, out.Previous = false, nil
@@ -330,7 +330,7 @@ func (e *Evaluator) fail(ctx context.Context, pol *v1.ImagePolicy, token, reason
 	}
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
-	updated, err := e.Kube.Policies.UpdateStatus(wctx, pol.Namespace, pol.Name, func(p *v1.ImagePolicy) error {
+	updated, err := e.writeStatus(wctx, pol, func(p *v1.ImagePolicy) error {
 		p.Status.ObservedGeneration = pol.Generation
 		if token != "" {
 			p.Status.LastHandledReconcileAt = token
@@ -364,6 +364,21 @@ func (e *Evaluator) failStore(ctx context.Context, pol *v1.ImagePolicy, token st
 	out, err := e.fail(ctx, pol, token, v1.ReadOperationFailedReason, false, fmt.Errorf(
 		"failed to read tags from the tag store: %w", cause))
 	return out, errors.Join(fmt.Errorf("ImagePolicy %s/%s: %w", pol.Namespace, pol.Name, cause), err)
+}
+
+// writeStatus writes the status that mutate derives, as a patch against pol, the object the
+// evaluation read; that saves a read per policy. When pol is stale, the conflict makes it start
+// over from a fresh read, as many times as it takes.
+func (e *Evaluator) writeStatus(ctx context.Context, pol *v1.ImagePolicy, mutate func(*v1.ImagePolicy) error) (*v1.ImagePolicy, error) {
+	next := pol.DeepCopy()
+	if err := mutate(next); err != nil {
+		return nil, err
+	}
+	updated, err := e.Kube.Policies.PatchStatus(ctx, pol, next)
+	if apierrors.IsConflict(err) {
+		return e.Kube.Policies.UpdateStatus(ctx, pol.Namespace, pol.Name, mutate)
+	}
+	return updated, err
 }
 
 // writeContext returns the context of a status write: it outlives a caller that gave up, so

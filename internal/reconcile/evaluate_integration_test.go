@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -645,6 +646,45 @@ func TestEvaluateIntegrationRepository(t *testing.T) {
 	for _, o := range outs {
 		if o.Result == reconcile.PolicySucceeded {
 			t.Errorf("second pass with the same tags evaluated %s/%s again", o.Namespace, o.Name)
+		}
+	}
+}
+
+// TestEvaluateIntegrationConcurrentReplicas: two processes evaluating the same policies at once
+// (Knative runs several replicas) conflict on their status writes; the loser starts over from
+// the winner's status, and both end at the same latestRef without errors.
+func TestEvaluateIntegrationConcurrentReplicas(t *testing.T) {
+	f := newEvalFixture(t)
+	f.repo(t, f.ns, "app", "ghcr.io/org/app")
+	for i := range 4 {
+		f.policy(t, f.ns, fmt.Sprintf("p%d", i), v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*")})
+	}
+	replicas := []*reconcile.Evaluator{f.evaluator(t), f.evaluator(t)}
+	tags := []string{"1.0.0"}
+	for round := 1; round <= 5; round++ {
+		tags = append(tags, fmt.Sprintf("1.%d.0", round))
+		f.put(t, f.ns, "app", tags...)
+		errs := make(chan error, len(replicas))
+		for _, ev := range replicas {
+			go func() {
+				_, err := ev.EvaluateRepository(context.Background(), f.ns, "app")
+				errs <- err
+			}()
+		}
+		for range replicas {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		for i := range 4 {
+			p := f.get(t, f.ns, fmt.Sprintf("p%d", i))
+			want := fmt.Sprintf("1.%d.0", round)
+			if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != want {
+				t.Fatalf("round %d, p%d: latestRef %s, want %s", round, i, refString(p.Status.LatestRef), want)
+			}
+			if round > 1 && (p.Status.ObservedPreviousRef == nil || p.Status.ObservedPreviousRef.Tag != fmt.Sprintf("1.%d.0", round-1)) {
+				t.Errorf("round %d, p%d: observedPreviousRef %s", round, i, refString(p.Status.ObservedPreviousRef))
+			}
 		}
 	}
 }

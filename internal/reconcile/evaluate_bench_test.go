@@ -1,0 +1,94 @@
+package reconcile_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"testing"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/registry"
+)
+
+// benchTags returns n distinct semver tags, 1.0.0 upwards.
+func benchTags(n int) []string {
+	tags := make([]string, n)
+	for i := range tags {
+		tags[i] = fmt.Sprintf("1.%d.%d", i/100, i%100)
+	}
+	return tags
+}
+
+// benchEvaluator is the fixture's Evaluator without the Events and CloudEvents that are not
+// part of what is measured.
+func benchEvaluator(f *evalFixture) *reconcile.Evaluator {
+	return &reconcile.Evaluator{
+		Kube: f.kube, Store: f.reader, Registry: registry.New(),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+}
+
+// BenchmarkEvaluate100kTags is one evaluation end to end over 100k stored tags: the policy,
+// repository and tag store reads, semver selection and the status patch. Each iteration edits
+// the range first (outside the timer), so that every evaluation selects a new latest tag and
+// writes it.
+func BenchmarkEvaluate100kTags(b *testing.B) {
+	f := newEvalFixture(b)
+	f.repo(b, f.ns, "app", "ghcr.io/org/app")
+	f.put(b, f.ns, "app", benchTags(100_000)...)
+	f.policy(b, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver(">=1.0.0")})
+	ev := benchEvaluator(f)
+	ctx := context.Background()
+	ranges := []string{"<1.500.0", ">=1.0.0"}
+	want := []string{"1.499.99", "1.999.99"}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		f.edit(b, f.ns, "app", func(s *v1.ImagePolicySpec) { s.Policy = semver(ranges[i%2]) })
+		b.StartTimer()
+		out, err := ev.Evaluate(ctx, f.ns, "app")
+		if err != nil || !out.Changed || out.Latest.Tag != want[i%2] {
+			b.Fatalf("iteration %d: %+v, %v", i, out, err)
+		}
+	}
+}
+
+// BenchmarkEvaluateRepository100Policies is the work after one scan of a repository that 100
+// policies use: EvaluateRepository reads the tags once and evaluates and writes every policy.
+// Each iteration stores a new tag list first (outside the timer), as a scan does.
+func BenchmarkEvaluateRepository100Policies(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		b.Run("tags="+strconv.Itoa(n), func(b *testing.B) {
+			f := newEvalFixture(b)
+			f.repo(b, f.ns, "app", "ghcr.io/org/app")
+			base := benchTags(n)
+			f.put(b, f.ns, "app", base...)
+			choices := []v1.ImagePolicyChoice{semver(">=1.0.0"), semver("*"), alphabetical(v1.OrderAsc), semver(">=1.0.0-0")}
+			for i := range 100 {
+				f.policy(b, f.ns, fmt.Sprintf("p%03d", i), v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: choices[i%len(choices)]})
+			}
+			ev := benchEvaluator(f)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				f.put(b, f.ns, "app", append(base, "2.0."+strconv.Itoa(i))...)
+				b.StartTimer()
+				outs, err := ev.EvaluateRepository(ctx, f.ns, "app")
+				if err != nil || len(outs) != 100 {
+					b.Fatalf("iteration %d: %d outcomes, %v", i, len(outs), err)
+				}
+				for _, o := range outs {
+					if o.Result != reconcile.PolicySucceeded || !o.Changed {
+						b.Fatalf("iteration %d: %+v", i, o)
+					}
+				}
+			}
+		})
+	}
+}
