@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,19 +85,36 @@ func newTarget(repo *v1.ImageRepository, evs []webhook.Event) target {
 	return t
 }
 
-// annotate sets the reconcile-request annotation on each target: the commit point. It
-// returns the targets annotated, and the first error; it goes on after an error so that
-// every object it can reach carries the request.
+// annotateConcurrency bounds the annotation patches of one delivery under way at once.
+const annotateConcurrency = 8
+
+// annotate sets the reconcile-request annotation on each target: the commit point. The
+// patches run concurrently, because the sender waits for all of them. It returns the targets
+// annotated, in order, and the first error; it goes on after an error so that every object it
+// can reach carries the request.
 func (r *Receiver) annotate(ctx context.Context, targets []target) ([]target, error) {
 	token := kube.RequestToken(r.cfg.now())
+	errs := make([]error, len(targets))
+	sem := make(chan struct{}, annotateConcurrency)
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if _, err := r.kube.Repositories.RequestReconcile(ctx, t.namespace, t.name, token); err != nil {
+				errs[i] = fmt.Errorf("annotating ImageRepository %s/%s: %w", t.namespace, t.name, err)
+			}
+		})
+	}
+	wg.Wait()
 	var (
 		done  []target
 		first error
 	)
-	for _, t := range targets {
-		if _, err := r.kube.Repositories.RequestReconcile(ctx, t.namespace, t.name, token); err != nil {
+	for i, t := range targets {
+		if errs[i] != nil {
 			if first == nil {
-				first = fmt.Errorf("annotating ImageRepository %s/%s: %w", t.namespace, t.name, err)
+				first = errs[i]
 			}
 			continue
 		}
