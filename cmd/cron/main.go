@@ -18,6 +18,7 @@ import (
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/store"
 )
 
 func main() {
@@ -31,17 +32,18 @@ func main() {
 		spread      = flag.Duration("spread", 20*time.Second, "window over which dispatches are spread")
 		pageSize    = flag.Int64("page-size", 500, "objects per list call")
 		timeout     = flag.Duration("timeout", 50*time.Second, "deadline of one pass")
+		storeDir    = flag.String("store-dir", os.Getenv("REFLECTOR_STORE_DIR"), "Badger tag store whose entries of deleted ImageRepositories each pass removes (default $REFLECTOR_STORE_DIR; none when empty)")
 	)
 	flag.Parse()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	slog.SetDefault(log)
-	if err := run(*once, *every, *scanURL, *policyURL, *kubeconfig, *concurrency, *spread, *pageSize, *timeout, log); err != nil {
+	if err := run(*once, *every, *scanURL, *policyURL, *kubeconfig, *storeDir, *concurrency, *spread, *pageSize, *timeout, log); err != nil {
 		log.Error("cron failed", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run(once bool, every time.Duration, scanURL, policyURL, kubeconfig string, concurrency int,
+func run(once bool, every time.Duration, scanURL, policyURL, kubeconfig, storeDir string, concurrency int,
 	spread time.Duration, pageSize int64, timeout time.Duration, log *slog.Logger) error {
 	if scanURL == "" || policyURL == "" {
 		return fmt.Errorf("--scan-url and --policy-url (or K_SINK) are required")
@@ -65,6 +67,13 @@ func run(once bool, every time.Duration, scanURL, policyURL, kubeconfig string, 
 	pass := &reconcile.Pass{
 		Kube: c, Scan: scan, Policy: policy,
 		Period: every, Spread: min(spread, every), Concurrency: concurrency, PageSize: pageSize, Log: log,
+	}
+	if storeDir != "" {
+		// The lease holds the store only while a pass cleans it, so the functions keep it the
+		// rest of the time.
+		st := store.New(storeDir, store.WithLogger(log))
+		defer st.Close()
+		pass.Store = st
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"sort"
@@ -16,6 +17,7 @@ import (
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
@@ -273,5 +275,43 @@ func TestCronIntegrationSpread(t *testing.T) {
 	}
 	if early > 2*n/5 {
 		t.Errorf("%d of %d dispatches in the first fifth of the window", early, n)
+	}
+}
+
+// TestCronIntegrationStoreCleanup shows that a pass deletes the store entries of deleted
+// ImageRepositories and keeps the others.
+func TestCronIntegrationStoreCleanup(t *testing.T) {
+	env := testenv.Kube(t)
+	c, err := kube.New(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	if _, err := c.Repositories.Create(ctx, newRepo(ns, "kept")); err != nil {
+		t.Fatal(err)
+	}
+	markScanned(t, c, ns, "kept", time.Now())
+	st := store.New(t.TempDir())
+	defer st.Close()
+	for _, name := range []string{"kept", "deleted"} {
+		if _, _, err := st.Put(ctx, reconcile.StoreKey(ns, name), []string{"1.0.0"}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scan, policy := newSink(t), newSink(t)
+	pass := &reconcile.Pass{Kube: c, Scan: scan.sender(t), Policy: policy.sender(t), Store: st, Period: time.Minute}
+	sum, err := pass.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.StoreDeleted < 1 {
+		t.Errorf("summary %+v", sum)
+	}
+	if _, err := st.Get(ctx, reconcile.StoreKey(ns, "deleted")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("entry of a deleted repository: %v", err)
+	}
+	if e, err := st.Get(ctx, reconcile.StoreKey(ns, "kept")); err != nil || len(e.Tags) != 1 {
+		t.Errorf("entry of a live repository: %+v, %v", e, err)
 	}
 }

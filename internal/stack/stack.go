@@ -209,7 +209,8 @@ func (s *Stack) command(c string) (*exec.Cmd, string, error) {
 		return cmd, s.PolicyURL + "/healthz", nil
 	case Cron:
 		cmd := exec.Command(filepath.Join(s.bins, "cron"), "--every="+s.opts.CronEvery.String(),
-			"--spread="+(s.opts.CronEvery/4).String(), "--scan-url="+s.ScanURL, "--policy-url="+s.PolicyURL)
+			"--spread="+(s.opts.CronEvery/4).String(), "--scan-url="+s.ScanURL, "--policy-url="+s.PolicyURL,
+			"--store-dir="+filepath.Join(d, "store"))
 		cmd.Env = env
 		return cmd, "", nil
 	}
