@@ -138,6 +138,10 @@ func (e *Evaluator) Evaluate(ctx context.Context, namespace, name string) (Polic
 // logged finishes an outcome with its duration and logs it.
 func (e *Evaluator) logged(out PolicyOutcome, start time.Time, err error) (PolicyOutcome, error) {
 	out.Duration = e.now().Sub(start)
+	if out.Result == "" {
+		// Only the evaluator's own failures return before deciding a result.
+		out.Result = PolicyFailed
+	}
 	attrs := []any{"namespace", out.Namespace, "name", out.Name, "outcome", out.Result,
 		"duration", out.Duration}
 	if out.Latest != nil {
