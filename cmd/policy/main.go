@@ -7,17 +7,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/imagereflector/reflector/functions/policy"
+	"github.com/imagereflector/reflector/internal/function"
 )
 
 func main() {
@@ -38,40 +34,5 @@ func run(drain time.Duration, log *slog.Logger) error {
 	}
 	deps.Log = log
 	h := policy.NewHandler(deps)
-	port := os.Getenv("PORT")
-	if port == "" {
-		port = "8080"
-	}
-	srv := &http.Server{
-		Addr:              net.JoinHostPort("", port),
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	served := make(chan error, 1)
-	go func() { served <- srv.ListenAndServe() }()
-	log.Info("serving", "addr", srv.Addr)
-
-	select {
-	case err := <-served:
-		_ = h.Close()
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	dctx, cancel := context.WithTimeout(context.Background(), drain)
-	err = srv.Shutdown(dctx)
-	cancel()
-	if err != nil {
-		log.Warn("requests still running at the drain deadline", "error", err.Error())
-	}
-	if err := h.Close(); err != nil {
-		return err
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return function.Serve(h, drain, func(context.Context) error { return h.Close() }, log)
 }

@@ -11,14 +11,11 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/imagereflector/reflector/functions/scan"
+	"github.com/imagereflector/reflector/internal/function"
 )
 
 func main() {
@@ -40,44 +37,14 @@ func run(drain, grace time.Duration, log *slog.Logger) error {
 	}
 	deps.Log = log
 	h := scan.NewHandler(deps)
-	port := os.Getenv("PORT")
-	if port == "" {
-		port = "8080"
-	}
-	srv := &http.Server{
-		Addr:              net.JoinHostPort("", port),
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	served := make(chan error, 1)
-	go func() { served <- srv.ListenAndServe() }()
-	log.Info("serving", "addr", srv.Addr)
-
-	select {
-	case err := <-served:
-		_ = h.Shutdown(context.Background())
+	return function.Serve(h, drain, func(context.Context) error {
+		gctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		err := h.Shutdown(gctx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			log.Warn("background scans cut short; the cron reconciler completes them", "error", err.Error())
+			return nil
+		}
 		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	dctx, cancel := context.WithTimeout(context.Background(), drain)
-	err = srv.Shutdown(dctx)
-	cancel()
-	if err != nil {
-		log.Warn("requests still running at the drain deadline", "error", err.Error())
-	}
-	gctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if err := h.Shutdown(gctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	} else if err != nil {
-		log.Warn("background scans cut short; the cron reconciler completes them", "error", err.Error())
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	}, log)
 }

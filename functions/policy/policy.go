@@ -27,11 +27,11 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"sync"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/function"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/registry"
@@ -39,7 +39,7 @@ import (
 )
 
 func init() {
-	functions.HTTP("policy", serveLazily)
+	functions.HTTP("policy", function.Lazy("policy", build))
 }
 
 // Deps are what the policy function works with.
@@ -105,7 +105,7 @@ func NewHandler(d *Deps) *Handler {
 		ev.Sink = d.Sink
 	}
 	h := &Handler{deps: d, ev: ev, log: log, mux: http.NewServeMux()}
-	h.mux.HandleFunc("/healthz", healthz)
+	h.mux.HandleFunc("/healthz", function.Healthz)
 	h.mux.HandleFunc("POST /evaluate", h.evaluate)
 	h.mux.HandleFunc("POST /evaluate-repository", h.evaluateRepository)
 	h.mux.Handle("/", events.Handler(h.handleEvent))
@@ -174,43 +174,8 @@ func respond(w http.ResponseWriter, v any, err error) {
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-func healthz(w http.ResponseWriter, req *http.Request) {
-	if req.Method != http.MethodGet && req.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "GET /healthz", http.StatusMethodNotAllowed)
-		return
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = w.Write([]byte("ok\n"))
-}
-
-// lazy holds the handler that functions-framework-go serves, built on the first request so
-// that importing the package has no side effects; a failed build is retried on the next one.
-var lazy struct {
-	mu sync.Mutex
-	h  *Handler
-}
-
-func serveLazily(w http.ResponseWriter, req *http.Request) {
-	if req.URL.Path == "/healthz" {
-		healthz(w, req)
-		return
-	}
-	h, err := lazyHandler()
-	if err != nil {
-		slog.Error("policy function is not configured", "error", err.Error())
-		http.Error(w, "policy function is not configured: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	h.ServeHTTP(w, req)
-}
-
-func lazyHandler() (*Handler, error) {
-	lazy.mu.Lock()
-	defer lazy.mu.Unlock()
-	if lazy.h != nil {
-		return lazy.h, nil
-	}
+// build makes the handler that functions-framework-go serves, from the environment.
+func build() (http.Handler, error) {
 	d, err := FromEnv()
 	if err != nil {
 		return nil, err
@@ -218,6 +183,5 @@ func lazyHandler() (*Handler, error) {
 	// functions-framework-go's server stops without draining; closing the store on SIGTERM
 	// is the most it allows.
 	store.CloseOnSignal(d.Store)
-	lazy.h = NewHandler(d)
-	return lazy.h, nil
+	return NewHandler(d), nil
 }

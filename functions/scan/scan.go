@@ -23,12 +23,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"golang.org/x/time/rate"
 
 	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/function"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/receiver"
 	"github.com/imagereflector/reflector/internal/reconcile"
@@ -37,7 +37,7 @@ import (
 )
 
 func init() {
-	functions.HTTP("scan", serveLazily)
+	functions.HTTP("scan", function.Lazy("scan", build))
 }
 
 // Deps are what the scan function works with.
@@ -138,7 +138,7 @@ func NewHandler(d *Deps) *Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	switch {
 	case req.URL.Path == "/healthz":
-		healthz(w, req)
+		function.Healthz(w, req)
 	case strings.HasPrefix(req.URL.Path, "/hook/"):
 		h.receiver.ServeHTTP(w, req)
 	default:
@@ -154,43 +154,8 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	return errors.Join(err, h.deps.Store.Close())
 }
 
-func healthz(w http.ResponseWriter, req *http.Request) {
-	if req.Method != http.MethodGet && req.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "GET /healthz", http.StatusMethodNotAllowed)
-		return
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = w.Write([]byte("ok\n"))
-}
-
-// lazy holds the handler that functions-framework-go serves, built on the first request so
-// that importing the package has no side effects; a failed build is retried on the next one.
-var lazy struct {
-	mu sync.Mutex
-	h  *Handler
-}
-
-func serveLazily(w http.ResponseWriter, req *http.Request) {
-	if req.URL.Path == "/healthz" {
-		healthz(w, req)
-		return
-	}
-	h, err := lazyHandler()
-	if err != nil {
-		slog.Error("scan function is not configured", "error", err.Error())
-		http.Error(w, "scan function is not configured: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	h.ServeHTTP(w, req)
-}
-
-func lazyHandler() (*Handler, error) {
-	lazy.mu.Lock()
-	defer lazy.mu.Unlock()
-	if lazy.h != nil {
-		return lazy.h, nil
-	}
+// build makes the handler that functions-framework-go serves, from the environment.
+func build() (http.Handler, error) {
 	d, err := FromEnv()
 	if err != nil {
 		return nil, err
@@ -198,6 +163,5 @@ func lazyHandler() (*Handler, error) {
 	// functions-framework-go's server stops without draining; closing the store on SIGTERM
 	// is the most it allows.
 	store.CloseOnSignal(d.Store)
-	lazy.h = NewHandler(d)
-	return lazy.h, nil
+	return NewHandler(d), nil
 }
