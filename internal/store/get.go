@@ -1,0 +1,124 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Get returns the entry stored for key ("namespace/name"), or an error
+// wrapping ErrNotFound when there is none.
+func (s *Store) Get(ctx context.Context, key string) (Entry, error) {
+	if err := checkKey(key); err != nil {
+		return Entry{}, err
+	}
+	db, err := s.acquire(ctx, false)
+	if err != nil {
+		return Entry{}, err
+	}
+	defer s.release()
+	var e Entry
+	err = db.View(func(txn *badger.Txn) error {
+		e, err = readEntry(txn, key)
+		return err
+	})
+	return e, s.keyError(key, err)
+}
+
+// Revision returns the revision stored for key without reading its tags, or
+// an error wrapping ErrNotFound.
+func (s *Store) Revision(ctx context.Context, key string) (string, error) {
+	if err := checkKey(key); err != nil {
+		return "", err
+	}
+	db, err := s.acquire(ctx, false)
+	if err != nil {
+		return "", err
+	}
+	defer s.release()
+	var m meta
+	err = db.View(func(txn *badger.Txn) error {
+		m, err = readMeta(txn, key)
+		return err
+	})
+	return m.Revision, s.keyError(key, err)
+}
+
+// Keys returns the keys of all entries, sorted. The cron reconciler deletes
+// those whose ImageRepository no longer exists.
+func (s *Store) Keys(ctx context.Context) ([]string, error) {
+	db, err := s.acquire(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	defer s.release()
+	keys := []string{}
+	err = db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(metaPrefix)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			keys = append(keys, strings.TrimPrefix(string(it.Item().Key()), metaPrefix))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tag store %s: listing keys: %w", s.dir, err)
+	}
+	return keys, nil
+}
+
+// readMeta reads the metadata of key; a missing key is ErrNotFound.
+func readMeta(txn *badger.Txn, key string) (meta, error) {
+	item, err := txn.Get(metaKey(key))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return meta{}, ErrNotFound
+	}
+	if err != nil {
+		return meta{}, err
+	}
+	var m meta
+	err = item.Value(func(b []byte) error {
+		m, err = decodeMeta(b)
+		if err != nil {
+			return fmt.Errorf("%w: metadata: %v", ErrCorrupt, err)
+		}
+		return nil
+	})
+	return m, err
+}
+
+// readEntry reads the whole entry of key within one transaction, so that
+// metadata and tags belong to the same write.
+func readEntry(txn *badger.Txn, key string) (Entry, error) {
+	m, err := readMeta(txn, key)
+	if err != nil {
+		return Entry{}, err
+	}
+	item, err := txn.Get(tagsKey(key))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return Entry{}, fmt.Errorf("%w: metadata without tags", ErrCorrupt)
+	}
+	if err != nil {
+		return Entry{}, err
+	}
+	var tags []string
+	err = item.Value(func(b []byte) error {
+		tags, err = decodeTags(b, m.Revision)
+		if err != nil {
+			return fmt.Errorf("%w: tags: %v", ErrCorrupt, err)
+		}
+		return nil
+	})
+	return Entry{Tags: tags, Revision: m.Revision, ScanTime: m.ScanTime}, err
+}
+
+// keyError names the store and key in an error from a transaction.
+func (s *Store) keyError(key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("tag store %s: %s: %w", s.dir, key, err)
+}

@@ -1,0 +1,117 @@
+package store
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Many goroutines of one process share one open database, and concurrent
+// AddTags on one key lose nothing.
+func TestConcurrentCallsShareOneOpen(t *testing.T) {
+	ctx := testCtx(t)
+	s := newTestStore(t, WithLinger(time.Hour))
+	const workers, rounds = 16, 50
+	for k := range 4 {
+		if _, _, err := s.Put(ctx, fmt.Sprintf("ns/r%d", k), []string{"base"}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*rounds)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				key := fmt.Sprintf("ns/r%d", (w+i)%4)
+				var err error
+				switch i % 4 {
+				case 0, 1:
+					_, _, err = s.AddTags(ctx, key, []string{fmt.Sprintf("w%d-%d", w, i)})
+				case 2:
+					var e Entry
+					if e, err = s.Get(ctx, key); err == nil && e.Revision != RevisionOf(e.Tags) {
+						err = fmt.Errorf("torn entry %s", key)
+					}
+				case 3:
+					_, err = s.Keys(ctx)
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	var all []string
+	for k := range 4 {
+		e, err := s.Get(ctx, fmt.Sprintf("ns/r%d", k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, e.Tags...)
+	}
+	for w := range workers {
+		for i := range rounds {
+			if i%4 < 2 && !slices.Contains(all, fmt.Sprintf("w%d-%d", w, i)) {
+				t.Errorf("lost tag w%d-%d", w, i)
+			}
+		}
+	}
+	s.mu.Lock()
+	opens := s.opens
+	s.mu.Unlock()
+	if opens != 1 {
+		t.Errorf("opened %d times, want once", opens)
+	}
+}
+
+// The database closes once the linger has passed, and reopens on demand.
+func TestLingerCloses(t *testing.T) {
+	ctx := testCtx(t)
+	s := newTestStore(t, WithLinger(20*time.Millisecond))
+	if _, _, err := s.Put(ctx, "ns/a", []string{"v1"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, s)
+	if _, err := s.Get(ctx, "ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opens != 2 {
+		t.Errorf("opens = %d, want 2", s.opens)
+	}
+}
+
+// Close waits for a call in flight rather than closing under it.
+func TestCloseWaitsForCallsInFlight(t *testing.T) {
+	ctx := testCtx(t)
+	s := New(t.TempDir(), WithLinger(time.Hour))
+	db, err := s.acquire(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error)
+	go func() { closed <- s.Close() }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a call was in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if db.IsClosed() {
+		t.Fatal("database closed under a call in flight")
+	}
+	s.release()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if !db.IsClosed() {
+		t.Fatal("Close returned with the database open")
+	}
+}

@@ -1,0 +1,63 @@
+package store
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// DefaultLinger is how long an idle Store keeps the directory open when no
+// other process is waiting for it.
+const DefaultLinger = 200 * time.Millisecond
+
+// Option configures a Store.
+type Option func(*options)
+
+type options struct {
+	readOnly bool
+	linger   time.Duration
+	rebuild  bool
+	logger   *slog.Logger
+	// badger adjusts the Badger options after the package's own; tests use it
+	// to compare with Badger's defaults.
+	badger func(badger.Options) badger.Options
+}
+
+func makeOptions(opts []Option) options {
+	o := options{linger: DefaultLinger, logger: slog.Default()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// ReadOnly makes the Store a reader: it opens the directory read-only, so
+// several reading processes can hold it at once, and rejects writes.
+func ReadOnly() Option {
+	return func(o *options) { o.readOnly = true }
+}
+
+// WithLinger sets how long the directory stays open after the last call
+// ends, so that a burst of calls opens it once. A waiting process cuts the
+// linger short.
+func WithLinger(d time.Duration) Option {
+	return func(o *options) { o.linger = max(d, 0) }
+}
+
+// RebuildOnCorruption moves a directory that Badger cannot open aside (next
+// to it, with a ".corrupt-<unix nanos>" suffix, keeping only the latest) and
+// starts with an empty store, which the next scans refill.
+func RebuildOnCorruption() Option {
+	return func(o *options) { o.rebuild = true }
+}
+
+// WithLogger sets the logger for the store's and Badger's warnings and
+// errors; Badger's informational messages go to its debug level.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.logger = l
+		}
+	}
+}

@@ -1,0 +1,254 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Two writer processes and a reader process share one directory for
+// thousands of calls: every call succeeds within its deadline, the reader
+// never sees a torn list, a generation going back or a tag disappearing,
+// and no added tag is lost.
+func TestProcessesShareDirectory(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	n := 1500
+	if testing.Short() {
+		n = 300
+	}
+	s := New(dir)
+	if _, _, err := s.Put(ctx, "ns/put", genTags(0, smallGen(0)), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Put(ctx, "ns/add", []string{"base"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	reader := startHelper(t, "reader", dir, "")
+	a := startHelper(t, "writer", dir, fmt.Sprintf("a:%d", n))
+	b := startHelper(t, "writer", dir, fmt.Sprintf("b:%d", n))
+	sa, sb := a.summary(), b.summary()
+	sr := reader.summary()
+	t.Logf("%v: writer a %d ops p50 %.1fms p99 %.1fms max %.1fms; writer b %d ops p50 %.1fms p99 %.1fms max %.1fms; reader %d reads p50 %.1fms p99 %.1fms max %.1fms",
+		time.Since(start).Round(time.Millisecond), sa.Ops, sa.P50ms, sa.P99ms, sa.MaxMs, sb.Ops, sb.P50ms, sb.P99ms, sb.MaxMs, sr.Ops, sr.P50ms, sr.P99ms, sr.MaxMs)
+	if sr.Ops < 10 {
+		t.Errorf("reader got in only %d times", sr.Ops)
+	}
+
+	r := New(dir, ReadOnly())
+	defer r.Close()
+	e, err := r.Get(ctx, "ns/put")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err := checkGen(e, smallGen); err != nil || g != n/2 {
+		t.Errorf("final ns/put is generation %d (%v), want %d", g, err, n/2)
+	}
+	added, err := r.Get(ctx, "ns/add")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		for _, id := range []string{"a", "b"} {
+			if id == "a" && i%2 == 0 {
+				continue
+			}
+			if tag := fmt.Sprintf("%s-%d", id, i); !slices.Contains(added.Tags, tag) {
+				t.Errorf("lost update: %s missing from ns/add", tag)
+			}
+		}
+	}
+}
+
+// A writer killed in the middle of writing 100k-tag lists leaves a store
+// that the next reader opens after one log replay, and in which the list is
+// the last committed generation or the one being written, never a mix.
+func TestKilledWriterRecovers(t *testing.T) {
+	ctx := testCtx(t)
+	rounds := 5
+	if testing.Short() {
+		rounds = 2
+	}
+	dir := t.TempDir()
+	for round := range rounds {
+		w := startHelper(t, "bigwriter", dir, "")
+		committed, err := strconv.Atoi(w.next())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Kill at a random point of a later write.
+		time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
+		for {
+			select {
+			case l := <-w.lines:
+				if g, err := strconv.Atoi(l); err == nil {
+					committed = g
+				}
+				continue
+			default:
+			}
+			break
+		}
+		if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = w.cmd.Wait()
+		for l := range w.lines {
+			if g, err := strconv.Atoi(l); err == nil {
+				committed = g
+			}
+		}
+
+		// The kill left a log that a plain read-only open refuses.
+		if db, err := badger.Open(badger.DefaultOptions(dir).WithReadOnly(true).WithLogger(nil)); err == nil {
+			db.Close()
+			t.Errorf("round %d: read-only open after SIGKILL needed no replay", round)
+		} else if !needsWriter(err) {
+			t.Errorf("round %d: read-only open after SIGKILL: %v", round, err)
+		}
+
+		r := New(dir, ReadOnly())
+		e, err := r.Get(ctx, "ns/big")
+		if err != nil {
+			t.Fatalf("round %d: reader after SIGKILL: %v", round, err)
+		}
+		g, err := checkGen(e, bigGen)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if g != committed && g != committed+1 {
+			t.Fatalf("round %d: read generation %d, last committed %d", round, g, committed)
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("round %d: killed after generation %d, read %d", round, committed, g)
+	}
+	// A writer works on the recovered directory.
+	s := New(dir)
+	defer s.Close()
+	if _, _, err := s.AddTags(ctx, "ns/big", []string{"after-recovery"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A caller that finds the directory held past its deadline gets ErrLocked,
+// naming the directory, and gets in once the holder leaves.
+func TestLockedUntilDeadline(t *testing.T) {
+	dir := t.TempDir()
+	h := startHelper(t, "holder", dir, "")
+	if l := h.next(); l != "ready" {
+		t.Fatalf("holder printed %q", l)
+	}
+	for _, opts := range [][]Option{nil, {ReadOnly()}} {
+		s := New(dir, opts...)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		start := time.Now()
+		_, err := s.Get(ctx, "ns/a")
+		cancel()
+		if !errors.Is(err, ErrLocked) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), dir) {
+			t.Errorf("Get on a held directory = %v; want ErrLocked naming %s", err, dir)
+		}
+		if waited := time.Since(start); waited > 2*time.Second {
+			t.Errorf("gave up after %v, deadline was 300ms", waited)
+		}
+		s.Close()
+	}
+
+	s := New(dir, ReadOnly())
+	defer s.Close()
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, err := s.Get(ctx, "ns/a")
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if l := h.stop(); l != "closed" {
+		t.Fatalf("holder printed %q", l)
+	}
+	if err := <-got; !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get once the holder left = %v, want ErrNotFound", err)
+	}
+}
+
+// SIGTERM under CloseOnSignal closes the database cleanly: the process
+// still dies of the signal, and a read-only open needs no log replay.
+func TestCloseOnSignal(t *testing.T) {
+	dir := t.TempDir()
+	h := startHelper(t, "sigterm", dir, "")
+	if l := h.next(); l != "ready" {
+		t.Fatalf("helper printed %q", l)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := h.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := h.cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || !exit.Sys().(syscall.WaitStatus).Signaled() || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Fatalf("helper ended with %v, want death by SIGTERM; stderr:\n%s", err, h.stderr)
+	}
+	db, err := badger.Open(badger.DefaultOptions(dir).WithReadOnly(true).WithLogger(nil))
+	if err != nil {
+		t.Fatalf("read-only open after SIGTERM: %v", err)
+	}
+	db.Close()
+}
+
+// A directory Badger cannot open is reported as ErrCorrupt, and with
+// RebuildOnCorruption moved aside and replaced by an empty store.
+func TestCorruptDirectory(t *testing.T) {
+	ctx := testCtx(t)
+	dir := filepath.Join(t.TempDir(), "tags")
+	s := New(dir)
+	if _, _, err := s.Put(ctx, "ns/a", []string{"v1"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, badger.ManifestFilename), []byte("not a manifest"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, opts := range [][]Option{nil, {ReadOnly()}} {
+		s := New(dir, opts...)
+		_, err := s.Get(ctx, "ns/a")
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), dir) {
+			t.Errorf("Get on a damaged directory = %v, want ErrCorrupt naming it", err)
+		}
+		s.Close()
+	}
+
+	s = New(dir, RebuildOnCorruption())
+	defer s.Close()
+	if _, err := s.Get(ctx, "ns/a"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get after rebuild = %v, want ErrNotFound", err)
+	}
+	if _, _, err := s.Put(ctx, "ns/a", []string{"v2"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	aside, _ := filepath.Glob(dir + ".corrupt-*")
+	if len(aside) != 1 {
+		t.Fatalf("moved-aside directories: %v, want one", aside)
+	}
+}

@@ -1,0 +1,119 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Put replaces the tags of key with a full listing taken at scanTime. The
+// list is stored sorted and without duplicates. changed reports whether the
+// revision differs from the stored one (or nothing was stored), which is
+// when policies need evaluating again.
+func (s *Store) Put(ctx context.Context, key string, tags []string, scanTime time.Time) (e Entry, changed bool, err error) {
+	if err := checkKey(key); err != nil {
+		return Entry{}, false, err
+	}
+	// Sorting and encoding happen before taking the directory.
+	sorted := normalize(tags)
+	value, rev := encodeTags(sorted)
+	e = Entry{Tags: sorted, Revision: rev, ScanTime: scanTime.UTC()}
+	metaValue := encodeMeta(meta{Revision: rev, ScanTime: e.ScanTime})
+
+	db, err := s.acquire(ctx, true)
+	if err != nil {
+		return Entry{}, false, err
+	}
+	defer s.release()
+	err = update(ctx, db, func(txn *badger.Txn) error {
+		old, err := readMeta(txn, key)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		changed = err != nil || old.Revision != rev
+		if err := txn.Set(metaKey(key), metaValue); err != nil {
+			return err
+		}
+		if !changed {
+			// Rewriting an unchanged list would only feed the value log.
+			return nil
+		}
+		return txn.Set(tagsKey(key), value)
+	})
+	if err != nil {
+		return Entry{}, false, s.keyError(key, err)
+	}
+	return e, changed, nil
+}
+
+// AddTags adds tags to the entry of key in one transaction, as a push event
+// does, keeping its scan time. It returns the resulting entry and whether
+// any tag was new. A key without an entry is ErrNotFound: a partial list
+// must never stand in for a full listing, so the first write is Put's.
+func (s *Store) AddTags(ctx context.Context, key string, tags []string) (e Entry, changed bool, err error) {
+	if err := checkKey(key); err != nil {
+		return Entry{}, false, err
+	}
+	db, err := s.acquire(ctx, true)
+	if err != nil {
+		return Entry{}, false, err
+	}
+	defer s.release()
+	err = update(ctx, db, func(txn *badger.Txn) error {
+		cur, err := readEntry(txn, key)
+		if err != nil {
+			return err
+		}
+		merged, added := mergeTags(cur.Tags, tags)
+		e, changed = cur, added
+		if !added {
+			return nil
+		}
+		value, rev := encodeTags(merged)
+		e = Entry{Tags: merged, Revision: rev, ScanTime: cur.ScanTime}
+		if err := txn.Set(metaKey(key), encodeMeta(meta{Revision: rev, ScanTime: cur.ScanTime})); err != nil {
+			return err
+		}
+		return txn.Set(tagsKey(key), value)
+	})
+	if err != nil {
+		return Entry{}, false, s.keyError(key, err)
+	}
+	return e, changed, nil
+}
+
+// mergeTags inserts the tags of add missing from the sorted list, without
+// re-sorting a list that may hold 100k tags for the one a push adds.
+func mergeTags(sorted, add []string) ([]string, bool) {
+	out := sorted
+	added := false
+	for _, t := range add {
+		i, found := slices.BinarySearch(out, t)
+		if found {
+			continue
+		}
+		if !added {
+			out = slices.Clone(sorted)
+			added = true
+		}
+		out = slices.Insert(out, i, t)
+	}
+	return out, added
+}
+
+// update runs fn in a read-write transaction, again when a concurrent call
+// of this process committed a conflicting one first.
+func update(ctx context.Context, db *badger.DB, fn func(*badger.Txn) error) error {
+	for {
+		err := db.Update(fn)
+		if !errors.Is(err, badger.ErrConflict) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Entry is what the store holds for one ImageRepository.
+type Entry struct {
+	// Tags is sorted and holds no duplicates.
+	Tags []string
+	// Revision identifies the tag list; see RevisionOf.
+	Revision string
+	// ScanTime is when the list was last written by Put.
+	ScanTime time.Time
+}
+
+// Key prefixes. Keeping the small metadata apart from the tags lets
+// Revision and Keys answer without reading a list of 100k tags.
+const (
+	metaPrefix = "meta/"
+	tagsPrefix = "tags/"
+)
+
+// meta is the stored value under metaPrefix.
+type meta struct {
+	Revision string    `json:"revision"`
+	ScanTime time.Time `json:"scanTime"`
+}
+
+func metaKey(key string) []byte { return []byte(metaPrefix + key) }
+func tagsKey(key string) []byte { return []byte(tagsPrefix + key) }
+
+// checkKey accepts the identity of a namespaced Kubernetes object.
+func checkKey(key string) error {
+	ns, name, ok := strings.Cut(key, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return fmt.Errorf("%w: %q", ErrInvalidKey, key)
+	}
+	return nil
+}
+
+func decodeMeta(b []byte) (meta, error) {
+	var m meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return meta{}, err
+	}
+	return m, nil
+}
+
+func encodeMeta(m meta) []byte {
+	// Marshalling two strings cannot fail.
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// decodeTags checks a stored tags value against its revision before
+// decoding it, so that a damaged value is reported rather than used.
+func decodeTags(b []byte, revision string) ([]string, error) {
+	if got := revisionOfValue(b); got != revision {
+		return nil, fmt.Errorf("tags hash to %s, metadata says %s", got, revision)
+	}
+	if tags, ok := splitTags(b); ok {
+		return tags, nil
+	}
+	var tags []string
+	if err := json.Unmarshal(b, &tags); err != nil {
+		return nil, err
+	}
+	return tags, nil
+}
+
+// splitTags decodes the common form of a stored list, a compact JSON array
+// of strings without escapes, by slicing one string: encoding/json would
+// allocate each of 100k tags separately and take ten times as long. It
+// reports false for anything else.
+func splitTags(b []byte) ([]string, bool) {
+	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' || bytes.IndexByte(b, '\\') >= 0 {
+		return nil, false
+	}
+	rest := string(b[1 : len(b)-1])
+	tags := make([]string, 0, strings.Count(rest, ",")+1)
+	for rest != "" {
+		if rest[0] != '"' {
+			return nil, false
+		}
+		end := strings.IndexByte(rest[1:], '"')
+		if end < 0 {
+			return nil, false
+		}
+		tags = append(tags, rest[1:1+end])
+		rest = rest[end+2:]
+		if rest == "" {
+			break
+		}
+		if rest[0] != ',' || len(rest) == 1 {
+			return nil, false
+		}
+		rest = rest[1:]
+	}
+	return tags, true
+}

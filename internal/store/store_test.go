@@ -1,0 +1,263 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// testCtx bounds every store call of a test.
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newTestStore returns a Store on a fresh directory, closed with the test.
+func newTestStore(t testing.TB, opts ...Option) *Store {
+	s := New(t.TempDir(), opts...)
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+// manyTags returns n distinct tags shaped like real ones.
+func manyTags(n int, prefix string) []string {
+	tags := make([]string, n)
+	for i := range tags {
+		tags[i] = fmt.Sprintf("%s%d.%d.%d-rc.%d", prefix, i/10000, i/100%100, i%100, i%7)
+	}
+	return tags
+}
+
+func TestPutGetRoundTrip(t *testing.T) {
+	ctx := testCtx(t)
+	s := newTestStore(t)
+	scan := time.Date(2025, 3, 4, 5, 6, 7, 8, time.UTC)
+
+	e, changed, err := s.Put(ctx, "apps/podinfo", []string{"v2", "v1", "v2", "latest"}, scan)
+	if err != nil || !changed {
+		t.Fatalf("Put = %v, changed %v", err, changed)
+	}
+	want := Entry{Tags: []string{"latest", "v1", "v2"}, Revision: RevisionOf([]string{"v1", "v2", "latest"}), ScanTime: scan}
+	if !entriesEqual(e, want) {
+		t.Fatalf("Put returned %+v, want %+v", e, want)
+	}
+	got, err := s.Get(ctx, "apps/podinfo")
+	if err != nil || !entriesEqual(got, want) {
+		t.Fatalf("Get = %+v, %v; want %+v", got, err, want)
+	}
+	rev, err := s.Revision(ctx, "apps/podinfo")
+	if err != nil || rev != want.Revision {
+		t.Fatalf("Revision = %q, %v; want %q", rev, err, want.Revision)
+	}
+
+	_, changed, err = s.Put(ctx, "apps/podinfo", []string{"latest", "v1", "v2"}, scan.Add(time.Minute))
+	if err != nil || changed {
+		t.Fatalf("Put of the same list: changed %v, %v", changed, err)
+	}
+	got, _ = s.Get(ctx, "apps/podinfo")
+	if !got.ScanTime.Equal(scan.Add(time.Minute)) {
+		t.Errorf("ScanTime = %v, want the new scan time", got.ScanTime)
+	}
+}
+
+func TestEmptyList(t *testing.T) {
+	ctx := testCtx(t)
+	s := newTestStore(t)
+	if _, _, err := s.Put(ctx, "ns/empty", nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.Get(ctx, "ns/empty")
+	if err != nil || e.Tags == nil || len(e.Tags) != 0 || e.Revision != RevisionOf([]string{}) {
+		t.Fatalf("Get = %+v, %v; want an empty, non-nil list", e, err)
+	}
+}
+
+func TestRoundTrip100kTags(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	tags := manyTags(100_000, "v")
+	shuffled := slices.Clone(tags)
+	rand.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	shuffled = append(shuffled, shuffled[:1000]...)
+	want := slices.Sorted(slices.Values(tags))
+
+	s := New(dir)
+	e, _, err := s.Put(ctx, "ns/big", shuffled, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(e.Tags, want) {
+		t.Fatal("Put did not return the sorted, de-duplicated list")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new Store, as a reader: the list comes back from disk.
+	r := New(dir, ReadOnly())
+	defer r.Close()
+	got, err := r.Get(ctx, "ns/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Tags, want) || got.Revision != RevisionOf(tags) {
+		t.Fatalf("read back %d tags, revision %s; want %d, %s", len(got.Tags), got.Revision, len(want), RevisionOf(tags))
+	}
+}
+
+func TestDeleteDeletes(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	s := New(dir)
+	for _, k := range []string{"a/one", "a/two", "b/one"} {
+		if _, _, err := s.Put(ctx, k, manyTags(2000, k), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Delete(ctx, "a/two"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "a/missing"); err != nil {
+		t.Fatalf("deleting a missing key: %v", err)
+	}
+	checkGone := func(s *Store) {
+		t.Helper()
+		if _, err := s.Get(ctx, "a/two"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get after Delete: %v, want ErrNotFound", err)
+		}
+		if _, err := s.Revision(ctx, "a/two"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Revision after Delete: %v, want ErrNotFound", err)
+		}
+		keys, err := s.Keys(ctx)
+		if err != nil || !slices.Equal(keys, []string{"a/one", "b/one"}) {
+			t.Errorf("Keys = %v, %v; want [a/one b/one]", keys, err)
+		}
+	}
+	checkGone(s)
+	if _, _, err := s.AddTags(ctx, "a/two", []string{"x"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("AddTags after Delete: %v, want ErrNotFound", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	r := New(dir, ReadOnly())
+	checkGone(r)
+	r.Close()
+
+	// No version of the deleted keys is visible to Badger itself.
+	db, err := badger.Open(badger.DefaultOptions(dir).WithReadOnly(true).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.DefaultIteratorOptions)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if k := string(it.Item().Key()); strings.HasSuffix(k, "a/two") {
+				t.Errorf("badger still has %q", k)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAddTags(t *testing.T) {
+	ctx := testCtx(t)
+	s := newTestStore(t)
+	scan := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, _, err := s.Put(ctx, "ns/app", []string{"v1", "v3"}, scan); err != nil {
+		t.Fatal(err)
+	}
+	e, changed, err := s.AddTags(ctx, "ns/app", []string{"v2", "v3", "v2"})
+	if err != nil || !changed {
+		t.Fatalf("AddTags: changed %v, %v", changed, err)
+	}
+	want := []string{"v1", "v2", "v3"}
+	if !slices.Equal(e.Tags, want) || e.Revision != RevisionOf(want) || !e.ScanTime.Equal(scan) {
+		t.Fatalf("AddTags returned %+v", e)
+	}
+	e, changed, err = s.AddTags(ctx, "ns/app", []string{"v1"})
+	if err != nil || changed || e.Revision != RevisionOf(want) {
+		t.Fatalf("AddTags of a known tag: %+v, changed %v, %v", e, changed, err)
+	}
+	got, err := s.Get(ctx, "ns/app")
+	if err != nil || !slices.Equal(got.Tags, want) {
+		t.Fatalf("Get = %+v, %v", got, err)
+	}
+	if _, _, err := s.AddTags(ctx, "ns/new", []string{"v1"}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("AddTags on a missing key: %v, want ErrNotFound", err)
+	}
+}
+
+func TestInvalidKeys(t *testing.T) {
+	ctx := testCtx(t)
+	s := newTestStore(t)
+	for _, k := range []string{"", "name", "/name", "ns/", "ns/a/b"} {
+		if _, err := s.Get(ctx, k); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("Get(%q) = %v, want ErrInvalidKey", k, err)
+		}
+		if _, _, err := s.Put(ctx, k, nil, time.Now()); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("Put(%q) = %v, want ErrInvalidKey", k, err)
+		}
+	}
+}
+
+func TestReadOnlyRejectsWrites(t *testing.T) {
+	ctx := testCtx(t)
+	s := newTestStore(t, ReadOnly())
+	if _, _, err := s.Put(ctx, "ns/a", nil, time.Now()); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("Put = %v, want ErrReadOnly", err)
+	}
+	if _, _, err := s.AddTags(ctx, "ns/a", nil); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("AddTags = %v, want ErrReadOnly", err)
+	}
+	if err := s.Delete(ctx, "ns/a"); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("Delete = %v, want ErrReadOnly", err)
+	}
+	// A reader on a directory nobody has written yet sees an empty store.
+	if _, err := s.Get(ctx, "ns/a"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get on a new directory = %v, want ErrNotFound", err)
+	}
+	if keys, err := s.Keys(ctx); err != nil || len(keys) != 0 {
+		t.Errorf("Keys on a new directory = %v, %v", keys, err)
+	}
+}
+
+func TestClosedStore(t *testing.T) {
+	ctx := testCtx(t)
+	s := New(t.TempDir())
+	if _, _, err := s.Put(ctx, "ns/a", []string{"x"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := s.Get(ctx, "ns/a"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Get after Close = %v, want ErrClosed", err)
+	}
+}
+
+// entriesEqual compares entries, times by instant.
+func entriesEqual(a, b Entry) bool {
+	return slices.Equal(a.Tags, b.Tags) && a.Revision == b.Revision && a.ScanTime.Equal(b.ScanTime)
+}

@@ -1,0 +1,66 @@
+package store
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Sessions that each write lists which never change again leave a value-log
+// file each; a writer closing with nobody waiting rewrites the lists and
+// the next ones reclaim the files, so their number stays bounded.
+func TestValueLogFilesStayBounded(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	sessions := 60
+	if testing.Short() {
+		sessions = 40
+	}
+	most := 0
+	for i := range sessions {
+		s := New(dir, WithLinger(0))
+		if _, _, err := s.Put(ctx, fmt.Sprintf("ns/r%d", i), manyTags(500, fmt.Sprintf("s%d-", i)), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		// The linger ends at once: the close is an idle one, which tidies.
+		waitIdle(t, s)
+		most = max(most, valueLogFiles(dir))
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if most > maxValueLogFiles+2 {
+		t.Errorf("value-log files reached %d, want at most %d", most, maxValueLogFiles+2)
+	}
+	r := New(dir, ReadOnly())
+	defer r.Close()
+	for i := range sessions {
+		e, err := r.Get(ctx, fmt.Sprintf("ns/r%d", i))
+		if err != nil || len(e.Tags) != 500 {
+			t.Fatalf("ns/r%d after the rewrites: %d tags, %v", i, len(e.Tags), err)
+		}
+	}
+	keys, err := r.Keys(ctx)
+	if err != nil || len(keys) != sessions {
+		t.Fatalf("Keys = %d keys, %v; want %d", len(keys), err, sessions)
+	}
+	t.Logf("at most %d value-log files over %d sessions", most, sessions)
+}
+
+// waitIdle waits until the Store has closed its database.
+func waitIdle(t testing.TB, s *Store) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		st := s.state
+		s.mu.Unlock()
+		if st == stateIdle {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("database still open 10s after the linger")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
