@@ -2,11 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
 )
 
 // BenchmarkAcquire measures taking the lease: "open" when the database is
@@ -27,28 +30,49 @@ func BenchmarkAcquire(b *testing.B) {
 			s.release()
 		}
 	})
+	defaults := func(o *options) {
+		o.badger = func(b badger.Options) badger.Options {
+			return badger.DefaultOptions(b.Dir).WithLogger(b.Logger).WithReadOnly(b.ReadOnly)
+		}
+	}
 	for _, mode := range []struct {
-		name string
-		opts []Option
-	}{{"closed-reader", []Option{ReadOnly()}}, {"closed-writer", nil}} {
+		name     string
+		readOnly bool
+		badger   []Option
+	}{
+		{"closed-reader", true, nil},
+		{"closed-writer", false, nil},
+		{"closed-reader-badger-defaults", true, []Option{defaults}},
+		{"closed-writer-badger-defaults", false, []Option{defaults}},
+	} {
 		b.Run(mode.name, func(b *testing.B) {
 			dir := b.TempDir()
-			seed := New(dir)
+			seed := New(dir, mode.badger...)
 			for i := range 100 {
 				if _, _, err := seed.Put(ctx, fmt.Sprintf("ns/r%d", i), manyTags(1000, "v"), time.Now()); err != nil {
 					b.Fatal(err)
 				}
 			}
 			seed.Close()
+			opts := mode.badger
+			if mode.readOnly {
+				opts = append(opts, ReadOnly())
+			}
+			var lat []time.Duration
 			for b.Loop() {
-				s := New(dir, mode.opts...)
+				start := time.Now()
+				s := New(dir, opts...)
 				if _, err := s.Revision(ctx, "ns/r1"); err != nil {
 					b.Fatal(err)
 				}
 				if err := s.Close(); err != nil {
 					b.Fatal(err)
 				}
+				lat = append(lat, time.Since(start))
 			}
+			sum := summarize(lat, 0, 0)
+			b.ReportMetric(sum.P50ms, "p50-ms")
+			b.ReportMetric(lat[len(lat)*9/10].Seconds()*1000, "p90-ms")
 		})
 	}
 }
@@ -83,39 +107,81 @@ func BenchmarkPut100k(b *testing.B) {
 }
 
 // BenchmarkHandover measures how long a writer waits for the directory
-// while a reader process reads without pause, and how long that reader
-// waits in turn.
+// while reader processes read without pause, and how long the reads that
+// wait for the writer take. "nogate" turns the gate off in every process:
+// a writer then gets in only when all readers happen to be closed at once,
+// and a write that waits past a second counts as a timeout.
 func BenchmarkHandover(b *testing.B) {
-	ctx := context.Background()
-	dir := b.TempDir()
-	s := New(dir)
-	defer s.Close()
-	for _, k := range []string{"ns/put", "ns/add"} {
-		if _, _, err := s.Put(ctx, k, genTags(0, smallGen(0)), time.Now()); err != nil {
-			b.Fatal(err)
+	for _, bc := range []struct {
+		readers int
+		gate    bool
+	}{{1, true}, {3, true}, {3, false}} {
+		name := fmt.Sprintf("readers-%d", bc.readers)
+		arg := ""
+		if !bc.gate {
+			name, arg = name+"-nogate", "nogate"
 		}
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			dir := b.TempDir()
+			opts := []Option{}
+			if !bc.gate {
+				opts = append(opts, func(o *options) { o.noGate = true })
+			}
+			seed := New(dir)
+			for _, k := range []string{"ns/put", "ns/add"} {
+				if _, _, err := seed.Put(ctx, k, genTags(0, smallGen(0)), time.Now()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := seed.Close(); err != nil {
+				b.Fatal(err)
+			}
+			s := New(dir, opts...)
+			defer s.Close()
+			var readers []*helper
+			for i := 0; i < bc.readers; i++ {
+				readers = append(readers, startHelper(b, "reader", dir, arg))
+			}
+			time.Sleep(200 * time.Millisecond)
+			var lat []time.Duration
+			timeouts := 0
+			g := 1
+			for b.Loop() {
+				start := time.Now()
+				wctx, cancel := context.WithTimeout(ctx, time.Second)
+				_, _, err := s.Put(wctx, "ns/put", genTags(g, smallGen(g)), time.Now())
+				cancel()
+				if errors.Is(err, ErrLocked) {
+					timeouts++
+				} else if err != nil {
+					b.Fatal(err)
+				} else {
+					lat = append(lat, time.Since(start))
+					g++
+				}
+				// Let the readers back in before the next write.
+				time.Sleep(20 * time.Millisecond)
+			}
+			b.StopTimer()
+			w := summarize(lat, 0, 0)
+			var waits summary
+			for _, r := range readers {
+				sum := r.summary()
+				if sum.P50ms > waits.P50ms {
+					waits.P50ms = sum.P50ms
+				}
+				if sum.P99ms > waits.P99ms {
+					waits.P99ms = sum.P99ms
+				}
+			}
+			b.ReportMetric(w.P50ms, "writer-p50-ms")
+			b.ReportMetric(w.P99ms, "writer-p99-ms")
+			b.ReportMetric(float64(timeouts), "writer-timeouts")
+			b.ReportMetric(waits.P50ms, "reader-wait-p50-ms")
+			b.ReportMetric(waits.P99ms, "reader-wait-p99-ms")
+		})
 	}
-	reader := startHelper(b, "reader", dir, "")
-	time.Sleep(100 * time.Millisecond)
-	var lat []time.Duration
-	g := 1
-	for b.Loop() {
-		start := time.Now()
-		if _, _, err := s.Put(ctx, "ns/put", genTags(g, smallGen(g)), time.Now()); err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Since(start))
-		g++
-		// Let the reader back in before the next write.
-		time.Sleep(20 * time.Millisecond)
-	}
-	b.StopTimer()
-	w := summarize(lat, 0, 0)
-	r := reader.summary()
-	b.ReportMetric(w.P50ms, "writer-p50-ms")
-	b.ReportMetric(w.P99ms, "writer-p99-ms")
-	b.ReportMetric(r.P50ms, "reader-p50-ms")
-	b.ReportMetric(r.P99ms, "reader-p99-ms")
 }
 
 // BenchmarkPeakRSS runs a process that writes 1,000 repositories of 1,000

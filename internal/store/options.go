@@ -22,6 +22,8 @@ type options struct {
 	// badger adjusts the Badger options after the package's own; tests use it
 	// to compare with Badger's defaults.
 	badger func(badger.Options) badger.Options
+	// noGate turns the gate off; benchmarks use it to show what it is for.
+	noGate bool
 }
 
 func makeOptions(opts []Option) options {

@@ -46,7 +46,7 @@ func TestProcessesShareDirectory(t *testing.T) {
 	b := startHelper(t, "writer", dir, fmt.Sprintf("b:%d", n))
 	sa, sb := a.summary(), b.summary()
 	sr := reader.summary()
-	t.Logf("%v: writer a %d ops p50 %.1fms p99 %.1fms max %.1fms; writer b %d ops p50 %.1fms p99 %.1fms max %.1fms; reader %d reads p50 %.1fms p99 %.1fms max %.1fms",
+	t.Logf("%v: writer a %d ops p50 %.1fms p99 %.1fms max %.1fms; writer b %d ops p50 %.1fms p99 %.1fms max %.1fms; reader %d reads, waits p50 %.1fms p99 %.1fms max %.1fms",
 		time.Since(start).Round(time.Millisecond), sa.Ops, sa.P50ms, sa.P99ms, sa.MaxMs, sb.Ops, sb.P50ms, sb.P99ms, sb.MaxMs, sr.Ops, sr.P50ms, sr.P99ms, sr.MaxMs)
 	if sr.Ops < 10 {
 		t.Errorf("reader got in only %d times", sr.Ops)
