@@ -112,10 +112,17 @@ func (s *Store) watch(db *badger.DB, g *gate) {
 		}
 		s.state = stateClosing
 		s.broadcast()
-		tidy := s.wrote && !yield
+		// Tidying waits for nobody: not on shutdown, and when another
+		// process waits only once the value log is overdue for it, since
+		// a writer that always hands over to a reader would never tidy.
+		tidy := s.wrote && !s.closed
+		urgent := s.draining
 		s.mu.Unlock()
+		if urgent {
+			tidy = tidy && valueLogFiles(s.dir) > 2*maxValueLogFiles
+		}
 
-		err := s.closeDB(db, g, tidy)
+		err := s.closeDB(db, g, tidy, urgent)
 
 		s.mu.Lock()
 		s.db, s.gate, s.state = nil, nil, stateIdle
@@ -128,11 +135,11 @@ func (s *Store) watch(db *badger.DB, g *gate) {
 	}
 }
 
-// closeDB closes a database, first reclaiming value-log space when a writer
-// closes with nobody waiting.
-func (s *Store) closeDB(db *badger.DB, g *gate, tidy bool) error {
+// closeDB closes a database, first tidying the value log if asked to;
+// urgent tidying goes on while another process waits.
+func (s *Store) closeDB(db *badger.DB, g *gate, tidy, urgent bool) error {
 	if tidy {
-		s.tidy(db, g)
+		s.tidy(db, g, urgent)
 	}
 	err := db.Close()
 	g.close()

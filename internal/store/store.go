@@ -64,9 +64,6 @@ func New(dir string, opts ...Option) *Store {
 	}
 }
 
-// Dir returns the directory of the store.
-func (s *Store) Dir() string { return s.dir }
-
 // Close makes further calls fail with ErrClosed, waits for the calls in
 // flight and closes the database cleanly, so that the next process needs no
 // log replay. Closing a closed Store does nothing.

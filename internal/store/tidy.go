@@ -31,15 +31,16 @@ const (
 	rewriteChunk = 1 << 20
 )
 
-// tidy runs when a writer closes with nobody waiting. It first lets Badger
-// reclaim value-log files that are mostly stale. Files whose lists never
-// change stay live for ever, so when too many remain it also rewrites the
-// oldest lists: they live in the oldest files, which thereby go stale and
-// are reclaimed by the GC of a later session. It stops as soon as another
-// process waits for the directory.
-func (s *Store) tidy(db *badger.DB, g *gate) {
+// tidy runs when a writer closes. It first lets Badger reclaim value-log
+// files that are mostly stale. Files whose lists never change stay live for
+// ever, so when too many remain it also rewrites the oldest lists: they live
+// in the oldest files, which thereby go stale and are reclaimed by the GC of
+// a later session. Unless urgent, it stops as soon as another process waits
+// for the directory; either way its work is bounded.
+func (s *Store) tidy(db *badger.DB, g *gate, urgent bool) {
+	yield := func() bool { return !urgent && g.waiting(true) }
 	deadline := time.Now().Add(tidyGCBudget)
-	for time.Now().Before(deadline) && !g.waiting(true) {
+	for time.Now().Before(deadline) && !yield() {
 		err := db.RunValueLogGC(gcDiscardRatio)
 		if err != nil {
 			if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
@@ -51,7 +52,7 @@ func (s *Store) tidy(db *badger.DB, g *gate) {
 	if valueLogFiles(s.dir) <= maxValueLogFiles {
 		return
 	}
-	if err := rewriteOldest(db, g); err != nil {
+	if err := rewriteOldest(db, yield); err != nil {
 		s.opts.logger.Warn("rewriting old lists of the tag store", "dir", s.dir, "error", err)
 	}
 }
@@ -64,9 +65,10 @@ type listRef struct {
 }
 
 // rewriteOldest writes the lists with the oldest versions again, unchanged,
-// up to rewriteBudget bytes. Nothing else uses the database meanwhile: tidy
-// runs after the last call of the session and before the close.
-func rewriteOldest(db *badger.DB, g *gate) error {
+// up to rewriteBudget bytes, unless yield says to stop. Nothing else uses
+// the database meanwhile: tidy runs after the last call of the session and
+// before the close.
+func rewriteOldest(db *badger.DB, yield func() bool) error {
 	var refs []listRef
 	err := db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(tagsPrefix)})
@@ -82,7 +84,7 @@ func rewriteOldest(db *badger.DB, g *gate) error {
 	}
 	slices.SortFunc(refs, func(a, b listRef) int { return cmp.Compare(a.version, b.version) })
 	for budget := int64(rewriteBudget); len(refs) > 0 && budget > 0; {
-		if g.waiting(true) {
+		if yield() {
 			return nil
 		}
 		n, size := 0, int64(0)

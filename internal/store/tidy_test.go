@@ -47,6 +47,36 @@ func TestValueLogFilesStayBounded(t *testing.T) {
 	t.Logf("at most %d value-log files over %d sessions", most, sessions)
 }
 
+// A writer that always hands the directory to a waiting reader still
+// tidies once the value log is overdue.
+func TestValueLogFilesStayBoundedUnderReaders(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	sessions := 80
+	if testing.Short() {
+		sessions = 50
+	}
+	w := New(dir, WithLinger(time.Hour))
+	defer w.Close()
+	r := New(dir, ReadOnly(), WithLinger(0))
+	defer r.Close()
+	most := 0
+	for i := range sessions {
+		if _, _, err := w.Put(ctx, fmt.Sprintf("ns/r%d", i), manyTags(500, fmt.Sprintf("s%d-", i)), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		// The reader waits, so the writer yields instead of lingering.
+		if _, err := r.Get(ctx, fmt.Sprintf("ns/r%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		most = max(most, valueLogFiles(dir))
+	}
+	if most > 2*maxValueLogFiles+2 {
+		t.Errorf("value-log files reached %d, want at most %d", most, 2*maxValueLogFiles+2)
+	}
+	t.Logf("at most %d value-log files over %d hand-overs", most, sessions)
+}
+
 // waitIdle waits until the Store has closed its database.
 func waitIdle(t testing.TB, s *Store) {
 	t.Helper()
