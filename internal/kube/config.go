@@ -17,5 +17,8 @@ func Config(path string) (*rest.Config, error) {
 		return nil, err
 	}
 	cfg.UserAgent = "reflector"
+	// client-go's default of 5 requests a second (burst 10) queued every webhook behind the
+	// Events and status writes of the last ones; these are the limits Flux's controllers use.
+	cfg.QPS, cfg.Burst = 50, 300
 	return cfg, nil
 }
