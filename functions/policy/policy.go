@@ -22,11 +22,8 @@ package policy
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
@@ -58,28 +55,16 @@ type Deps struct {
 
 // FromEnv builds Deps from the environment described in the package comment.
 func FromEnv() (*Deps, error) {
-	dir := os.Getenv("REFLECTOR_STORE_DIR")
-	if dir == "" {
-		return nil, errors.New("REFLECTOR_STORE_DIR is required: the tag store directory")
-	}
-	cfg, err := kube.Config(os.Getenv("KUBECONFIG"))
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes configuration: %w", err)
-	}
-	c, err := kube.New(cfg)
+	env, err := function.FromEnv(events.SourcePolicy)
 	if err != nil {
 		return nil, err
 	}
-	sink, err := events.NewSender(os.Getenv("K_SINK"), events.SourcePolicy, nil)
-	if err != nil {
-		return nil, fmt.Errorf("K_SINK: %w", err)
-	}
 	return &Deps{
-		Kube:     c,
+		Kube:     env.Kube,
 		Registry: registry.New(),
-		Store:    store.New(dir, store.ReadOnly()),
-		Sink:     sink,
-		Recorder: kube.NewRecorder(c.Core, "reflector-policy"),
+		Store:    store.New(env.StoreDir, store.ReadOnly()),
+		Sink:     env.Sink,
+		Recorder: kube.NewRecorder(env.Kube.Core, "reflector-policy"),
 	}, nil
 }
 

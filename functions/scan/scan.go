@@ -57,21 +57,9 @@ type Deps struct {
 
 // FromEnv builds Deps from the environment described in the package comment.
 func FromEnv() (*Deps, error) {
-	dir := os.Getenv("REFLECTOR_STORE_DIR")
-	if dir == "" {
-		return nil, errors.New("REFLECTOR_STORE_DIR is required: the tag store directory")
-	}
-	cfg, err := kube.Config(os.Getenv("KUBECONFIG"))
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes configuration: %w", err)
-	}
-	c, err := kube.New(cfg)
+	env, err := function.FromEnv(events.SourceScan)
 	if err != nil {
 		return nil, err
-	}
-	sink, err := events.NewSender(os.Getenv("K_SINK"), events.SourceScan, nil)
-	if err != nil {
-		return nil, fmt.Errorf("K_SINK: %w", err)
 	}
 	var opts []receiver.Option
 	if path := os.Getenv("REFLECTOR_CLUSTER_SECRET_FILE"); path != "" {
@@ -96,11 +84,11 @@ func FromEnv() (*Deps, error) {
 		opts = append(opts, receiver.WithRateLimit(rate.Limit(perSecond), burst))
 	}
 	return &Deps{
-		Kube:     c,
+		Kube:     env.Kube,
 		Registry: registry.New(),
-		Store:    store.New(dir),
-		Sink:     sink,
-		Recorder: kube.NewRecorder(c.Core, "reflector-scan"),
+		Store:    store.New(env.StoreDir),
+		Sink:     env.Sink,
+		Recorder: kube.NewRecorder(env.Kube.Core, "reflector-scan"),
 		Receiver: opts,
 	}, nil
 }
