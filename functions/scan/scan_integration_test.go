@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -29,6 +28,7 @@ import (
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/receiver"
 	"github.com/imagereflector/reflector/internal/registry"
+	"github.com/imagereflector/reflector/internal/stack"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
@@ -151,28 +151,14 @@ func TestScanFunctionIntegrationDistributionEndToEnd(t *testing.T) {
 		t.Skipf("%s is absent: install Debian's docker-registry package (hack/deps.sh does)", bin)
 	}
 	f := newFunction(t)
-	port := freePort(t)
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	host := fmt.Sprintf("127.0.0.1:%d", port)
 	dir := t.TempDir()
-	config := fmt.Sprintf(`version: 0.1
-log:
-  level: info
-  formatter: text
-storage:
-  filesystem:
-    rootdirectory: %s
-http:
-  addr: %s
-notifications:
-  endpoints:
-    - name: reflector
-      url: %s/hook/distribution/%s
-      headers:
-        Authorization: [Bearer %s]
-      timeout: 1s
-      threshold: 3
-      backoff: 100ms
-`, filepath.Join(dir, "data"), host, f.srv.URL, f.ns, token)
+	config := stack.RegistryConfig(filepath.Join(dir, "data"), host,
+		fmt.Sprintf("%s/hook/distribution/%s", f.srv.URL, f.ns), token, 100*time.Millisecond)
 	cfgPath := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
@@ -205,16 +191,6 @@ notifications:
 		t.Fatal(err)
 	}
 	f.waitTag(t, "app", "1.0.0", 30*time.Second)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func waitServing(t *testing.T, url string) {

@@ -132,7 +132,7 @@ func TestCloudEventIntegration(t *testing.T) {
 	if code, _ := f.postEvent(t, false, "dev.cdevents.artifact.published.0.2.0", "271069a8", cd); code != http.StatusAccepted || f.annotation(t, ns, "cd") != before {
 		t.Errorf("redelivery: %d, annotation %s -> %s", code, before, f.annotation(t, ns, "cd"))
 	}
-	if n := len(f.logs.lines("cloudevent")); n < 9 {
+	if n := len(logLines(f.logs, "cloudevent")); n < 9 {
 		t.Errorf("%d cloudevent log lines", n)
 	}
 	if !strings.Contains(f.logs.String(), `"msg":"cloudevent"`) {

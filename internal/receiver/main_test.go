@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -47,7 +46,7 @@ type fixture struct {
 	scanner *reconcile.Scanner
 	recv    *receiver.Receiver
 	srv     *httptest.Server
-	logs    *syncBuffer
+	logs    *testenv.LogBuffer
 }
 
 // newFixture starts the fixture. Its registry client dials the test registry for every host,
@@ -60,7 +59,7 @@ func newFixture(t testing.TB, opts ...receiver.Option) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{env: env, kube: c, reg: testenv.NewRegistry(t), store: store.New(t.TempDir()), logs: &syncBuffer{}}
+	f := &fixture{env: env, kube: c, reg: testenv.NewRegistry(t), store: store.New(t.TempDir()), logs: &testenv.LogBuffer{}}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
 		var d net.Dialer
@@ -242,26 +241,8 @@ func testdata(t testing.TB, name string) []byte {
 	return b
 }
 
-// syncBuffer collects log lines from concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// lines returns the logged lines whose message is msg, decoded.
-func (b *syncBuffer) lines(msg string) []map[string]any {
+// logLines returns the logged lines whose message is msg, decoded.
+func logLines(b *testenv.LogBuffer, msg string) []map[string]any {
 	var out []map[string]any
 	for _, l := range strings.Split(b.String(), "\n") {
 		var m map[string]any

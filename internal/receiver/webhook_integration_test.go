@@ -93,7 +93,7 @@ func TestWebhookIntegrationProviders(t *testing.T) {
 	if strings.Contains(f.logs.String(), token) {
 		t.Error("the log contains the token")
 	}
-	if n := len(f.logs.lines("webhook")); n != 4*len(providerCases) {
+	if n := len(logLines(f.logs, "webhook")); n != 4*len(providerCases) {
 		t.Errorf("%d webhook log lines for %d answers", n, 4*len(providerCases))
 	}
 }

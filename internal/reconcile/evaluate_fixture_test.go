@@ -1,7 +1,6 @@
 package reconcile_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
@@ -36,7 +35,7 @@ type evalFixture struct {
 	reader *store.Store
 	rec    *kube.Recorder
 	sink   *latestSink
-	logs   *syncBuffer
+	logs   *testenv.LogBuffer
 	ev     *reconcile.Evaluator
 }
 
@@ -54,7 +53,7 @@ func newEvalFixture(t testing.TB) *evalFixture {
 		reader: store.New(dir, store.ReadOnly()),
 		rec:    kube.NewRecorder(c.Core, "reflector-policy"),
 		sink:   newLatestSink(t, http.StatusAccepted),
-		logs:   &syncBuffer{},
+		logs:   &testenv.LogBuffer{},
 	}
 	t.Cleanup(func() {
 		f.rec.Shutdown()
@@ -289,22 +288,4 @@ func (s *latestSink) about(ns, name string) []events.LatestChanged {
 		}
 	}
 	return out
-}
-
-// syncBuffer collects log output written from concurrent evaluations.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

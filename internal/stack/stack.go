@@ -217,9 +217,16 @@ func (s *Stack) command(c string) (*exec.Cmd, string, error) {
 	return nil, "", fmt.Errorf("unknown component %q", c)
 }
 
-// registryConfig is docker-registry's configuration: filesystem storage under the state
-// directory, and notifications of every push to the scan function's distribution receiver.
+// registryConfig is docker-registry's configuration for this stack.
 func (s *Stack) registryConfig() string {
+	return RegistryConfig(filepath.Join(s.opts.Dir, "registry", "data"), s.Registry,
+		fmt.Sprintf("%s/hook/distribution/%s", s.ScanURL, s.opts.Namespace), s.Token, s.opts.NotifyBackoff)
+}
+
+// RegistryConfig returns a configuration of Debian's docker-registry (CNCF distribution 2.8)
+// that stores images under dataDir, serves plain HTTP on addr, and sends a notification of every
+// push to hookURL with the webhook token as a Bearer credential, retrying after backoff.
+func RegistryConfig(dataDir, addr, hookURL, token string, backoff time.Duration) string {
 	return fmt.Sprintf(`version: 0.1
 log:
   level: warn
@@ -235,13 +242,13 @@ http:
 notifications:
   endpoints:
     - name: reflector
-      url: %s/hook/distribution/%s
+      url: %s
       headers:
         Authorization: [Bearer %s]
       timeout: 2s
       threshold: 3
       backoff: %s
-`, filepath.Join(s.opts.Dir, "registry", "data"), s.Registry, s.ScanURL, s.opts.Namespace, s.Token, s.opts.NotifyBackoff)
+`, dataDir, addr, hookURL, token, backoff)
 }
 
 func (s *Stack) start(ctx context.Context, c string) error {
