@@ -1,11 +1,13 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
@@ -15,20 +17,37 @@ import (
 
 // UpdateStatus reads namespace/name, lets mutate change the copy's status, and writes the change
 // through the status subresource as a JSON merge patch guarded by the resourceVersion it read.
-// A conflict (someone wrote in between) starts over from a fresh read, so mutate must derive the
-// status from the object it is given. When mutate leaves the status unchanged nothing is written.
+// A conflict starts over from a fresh read, so mutate must derive the status from the object it
+// is given. When mutate leaves the status unchanged nothing is written.
+//
+// A conflict whose fresh read shows the same status as before came from a write to the object's
+// metadata or spec (a push burst annotates an object many times a second), not from another
+// status writer; the retry then sends its patch without the resourceVersion guard, as Flux's
+// controllers write status, because every guarded write would race the next annotation again.
+// The patch holds only the status fields that mutate changed.
 func (o *Objects[T, L]) UpdateStatus(ctx context.Context, namespace, name string, mutate func(T) error) (T, error) {
-	var out T
+	var (
+		out        T
+		lastStatus []byte
+		conflicted bool
+	)
 	err := retry.RetryOnConflict(statusBackoff, func() error {
 		cur, err := o.Get(ctx, namespace, name)
 		if err != nil {
 			return err
 		}
+		status, err := statusJSON(cur)
+		if err != nil {
+			return err
+		}
+		guarded := !conflicted || !bytes.Equal(status, lastStatus)
+		lastStatus = status
 		next := cur.DeepCopyObject().(T)
 		if err := mutate(next); err != nil {
 			return err
 		}
-		out, err = o.PatchStatus(ctx, cur, next)
+		out, err = o.patchStatus(ctx, cur, next, guarded)
+		conflicted = apierrors.IsConflict(err)
 		return err
 	})
 	return out, err
@@ -43,7 +62,11 @@ var statusBackoff = wait.Backoff{Steps: 12, Duration: 10 * time.Millisecond, Fac
 // subresource, guarded by old's resourceVersion; the apiserver answers a conflict when old is
 // stale. When nothing differs it writes nothing and returns old.
 func (o *Objects[T, L]) PatchStatus(ctx context.Context, old, obj T) (T, error) {
-	patch, err := statusPatch(old, obj)
+	return o.patchStatus(ctx, old, obj, true)
+}
+
+func (o *Objects[T, L]) patchStatus(ctx context.Context, old, obj T, guarded bool) (T, error) {
+	patch, err := statusPatch(old, obj, guarded)
 	if err != nil {
 		return old, err
 	}
@@ -54,8 +77,8 @@ func (o *Objects[T, L]) PatchStatus(ctx context.Context, old, obj T) (T, error) 
 }
 
 // statusPatch returns a merge patch that turns old's status into obj's, with old's
-// resourceVersion as a precondition, or nil when the statuses are equal.
-func statusPatch(old, obj any) ([]byte, error) {
+// resourceVersion as a precondition when guarded, or nil when the statuses are equal.
+func statusPatch(old, obj any, guarded bool) ([]byte, error) {
 	oldStatus, err := statusJSON(old)
 	if err != nil {
 		return nil, err
@@ -70,6 +93,9 @@ func statusPatch(old, obj any) ([]byte, error) {
 	}
 	if string(diff) == "{}" {
 		return nil, nil
+	}
+	if !guarded {
+		return diff, nil
 	}
 	var p map[string]any
 	if err := json.Unmarshal(diff, &p); err != nil {
