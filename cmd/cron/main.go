@@ -16,9 +16,12 @@ import (
 	"time"
 
 	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/function"
 	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/store"
+	"github.com/imagereflector/reflector/internal/trace"
 )
 
 func main() {
@@ -33,10 +36,19 @@ func main() {
 		pageSize    = flag.Int64("page-size", 500, "objects per list call")
 		timeout     = flag.Duration("timeout", 50*time.Second, "deadline of one pass")
 		storeDir    = flag.String("store-dir", os.Getenv("REFLECTOR_STORE_DIR"), "Badger tag store whose entries of deleted ImageRepositories each pass removes (default $REFLECTOR_STORE_DIR; none when empty)")
+		metricsAddr = flag.String("metrics-addr", ":"+function.DefaultMetricsPort, "where the loop serves /metrics (none when empty; --once never serves)")
 	)
 	flag.Parse()
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	log := slog.New(trace.Handler(slog.NewJSONHandler(os.Stderr, nil)))
 	slog.SetDefault(log)
+	if !*once && *metricsAddr != "" {
+		ms, err := function.ServeMetrics(*metricsAddr, log)
+		if err != nil {
+			log.Error("cron failed", "error", err)
+			os.Exit(1)
+		}
+		defer ms.Close()
+	}
 	if err := run(*once, *every, *scanURL, *policyURL, *kubeconfig, *storeDir, *concurrency, *spread, *pageSize, *timeout, log); err != nil {
 		log.Error("cron failed", "error", err)
 		os.Exit(1)
@@ -81,6 +93,11 @@ func run(once bool, every time.Duration, scanURL, policyURL, kubeconfig, storeDi
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		sum, err := pass.Run(pctx)
 		cancel()
+		metrics.RecordCronPass(metrics.CronPass{
+			Repositories: sum.Repositories, Policies: sum.Policies, Due: sum.Due,
+			Dispatched: sum.Dispatched, Failed: sum.Failed, StoreDeleted: sum.StoreDeleted,
+			Duration: sum.Duration,
+		}, err)
 		if err != nil {
 			if once {
 				return err

@@ -45,23 +45,23 @@ func (h *Handler) handleEvent(ctx context.Context, e cloudevents.Event) error {
 			return err
 		}
 		if why := notDue(&pol); why != "" {
-			h.log.Info("event ignored", "type", e.Type(), "id", e.ID(), "subject", e.Subject(), "why", why)
+			h.log.InfoContext(ctx, "event ignored", "type", e.Type(), "id", e.ID(), "subject", e.Subject(), "why", why)
 			return nil
 		}
 		var out reconcile.PolicyOutcome
 		out, err = h.ev.Evaluate(ctx, pol.Namespace, pol.Name)
 		outs = []reconcile.PolicyOutcome{out}
 	default:
-		h.log.Info("event ignored", "type", e.Type(), "id", e.ID(), "source", e.Source(), "why", "unknown type")
+		h.log.InfoContext(ctx, "event ignored", "type", e.Type(), "id", e.ID(), "source", e.Source(), "why", "unknown type")
 		return nil
 	}
 	attrs := []any{"type", e.Type(), "id", e.ID(), "source", e.Source(), "subject", e.Subject(),
 		"policies", len(outs), "duration", time.Since(start)}
 	if err != nil {
-		h.log.Error("event handled", append(attrs, "error", err.Error())...)
+		h.log.ErrorContext(ctx, "event handled", append(attrs, "error", err.Error())...)
 		return err
 	}
-	h.log.Info("event handled", attrs...)
+	h.log.InfoContext(ctx, "event handled", attrs...)
 	return nil
 }
 

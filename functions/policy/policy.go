@@ -18,6 +18,7 @@
 //	KUBECONFIG            kubeconfig file; in-cluster configuration without it
 //	REFLECTOR_STORE_DIR   the Badger tag store directory, opened read-only (required)
 //	K_SINK                where LatestChanged events go (Knative SinkBinding); none without it
+//	REFLECTOR_METRICS_ADDR  where cmd/policy serves /metrics (default :9095; "off": none)
 package policy
 
 import (

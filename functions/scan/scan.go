@@ -12,6 +12,7 @@
 //	REFLECTOR_WEBHOOK_RATE          deliveries per second each receiver accepts (default 10)
 //	REFLECTOR_WEBHOOK_BURST         and in a burst (default 50)
 //	K_SINK                          where TagsChanged events go (Knative SinkBinding)
+//	REFLECTOR_METRICS_ADDR          where cmd/scan serves /metrics (default :9095; "off": none)
 package scan
 
 import (

@@ -15,6 +15,8 @@ import (
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/metrics"
+	"github.com/imagereflector/reflector/internal/trace"
 )
 
 // Event types. The version suffix changes only with an incompatible change of the data.
@@ -101,7 +103,9 @@ func (s *Sender) Target() string {
 var ErrNotAcknowledged = errors.New("event not acknowledged")
 
 // Send delivers one event with the given type, subject and JSON data, and returns an error
-// wrapping ErrNotAcknowledged unless the sink acknowledged it.
+// wrapping ErrNotAcknowledged unless the sink acknowledged it. The event carries the trace of
+// ctx in the distributed tracing extension (traceparent), with this process as the parent; a
+// ctx without a trace starts one.
 func (s *Sender) Send(ctx context.Context, ceType, subject string, data any) error {
 	if s == nil {
 		return nil
@@ -113,8 +117,15 @@ func (s *Sender) Send(ctx context.Context, ceType, subject string, data any) err
 	if err := e.SetData(cloudevents.ApplicationJSON, data); err != nil {
 		return err
 	}
+	tc, ok := trace.From(ctx)
+	if !ok {
+		tc = trace.New()
+	}
+	e.SetExtension(trace.Header, tc.String())
 	res := s.client.Send(ctx, e)
-	if !cloudevents.IsACK(res) {
+	acked := cloudevents.IsACK(res)
+	metrics.RecordEventSent(ceType, acked)
+	if !acked {
 		return fmt.Errorf("%w by %s: %s %s: %v", ErrNotAcknowledged, s.target, ceType, subject, res)
 	}
 	return nil

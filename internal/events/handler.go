@@ -8,6 +8,8 @@ import (
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+
+	"github.com/imagereflector/reflector/internal/trace"
 )
 
 // ErrRejected marks an event that the receiving function refuses for good (undecodable data,
@@ -15,7 +17,8 @@ import (
 var ErrRejected = errors.New("event rejected")
 
 // Handler serves CloudEvents over HTTP in binary and structured mode, one event per request,
-// calling fn for each. It answers 202 when fn succeeds.
+// calling fn for each. It answers 202 when fn succeeds. fn's context continues the trace of the
+// event's traceparent extension, else of the request's traceparent header, else a new one.
 //
 // It decodes each request by itself instead of using the SDK's receive handler (which
 // functions-framework-go also uses): that one hands requests to goroutines through a shared
@@ -35,7 +38,7 @@ func Handler(fn func(context.Context, cloudevents.Event) error) http.Handler {
 			http.Error(w, fmt.Sprintf("invalid CloudEvent: %v", err), http.StatusBadRequest)
 			return
 		}
-		if err := fn(r.Context(), *e); err != nil {
+		if err := fn(trace.Continue(r.Context(), TraceParent(*e, r.Header)), *e); err != nil {
 			code := http.StatusInternalServerError
 			if errors.Is(err, ErrRejected) {
 				code = http.StatusBadRequest
@@ -45,6 +48,15 @@ func Handler(fn func(context.Context, cloudevents.Event) error) http.Handler {
 		}
 		w.WriteHeader(http.StatusAccepted)
 	})
+}
+
+// TraceParent returns the trace context an event carries: its distributed tracing extension, or
+// else the traceparent header of the request that brought it.
+func TraceParent(e cloudevents.Event, h http.Header) string {
+	if v, ok := e.Extensions()[trace.Header].(string); ok && v != "" {
+		return v
+	}
+	return h.Get(trace.Header)
 }
 
 // Decode reads an event's JSON data into v, wrapping a failure in ErrRejected.

@@ -6,6 +6,7 @@ package function
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/imagereflector/reflector/internal/metrics"
 )
 
 // Healthz answers GET and HEAD /healthz with 200 "ok".
@@ -64,14 +67,35 @@ func Lazy(name string, build func() (http.Handler, error)) http.HandlerFunc {
 	}
 }
 
+// DefaultMetricsPort is the port of /metrics when $REFLECTOR_METRICS_ADDR is unset. It is not
+// the serving port, so that the function's public URL (which takes registry webhooks) does not
+// expose metrics, and it is none of the ports of Knative's queue-proxy sidecar (8012, 8013,
+// 8022, 8112, 9090, 9091), which shares the pod's network.
+const DefaultMetricsPort = "9095"
+
 // Serve serves h on $PORT (default 8080) until SIGTERM or an interrupt. Then it stops taking
 // requests, lets those in flight finish for up to drain, and calls shutdown, which closes what
 // the handler holds (the tag store, the event recorder) so that the next process finds the
 // store clean.
+//
+// Prometheus metrics are served on /metrics of $REFLECTOR_METRICS_ADDR (host:port, default
+// ":" + DefaultMetricsPort; "off" serves none). A metrics port that cannot be bound is logged as an error and the
+// function serves on without it.
 func Serve(h http.Handler, drain time.Duration, shutdown func(context.Context) error, log *slog.Logger) error {
 	port := os.Getenv("PORT")
 	if port == "" {
 		port = "8080"
+	}
+	if maddr := os.Getenv("REFLECTOR_METRICS_ADDR"); maddr != "off" {
+		if maddr == "" {
+			maddr = ":" + DefaultMetricsPort
+		}
+		ms, err := ServeMetrics(maddr, log)
+		if err != nil {
+			log.Error("metrics are not served", "error", err.Error())
+		} else {
+			defer ms.Close()
+		}
 	}
 	srv := &http.Server{
 		Addr:              net.JoinHostPort("", port),
@@ -104,4 +128,24 @@ func Serve(h http.Handler, drain time.Duration, shutdown func(context.Context) e
 		return err
 	}
 	return nil
+}
+
+// ServeMetrics serves /metrics (and /healthz) on addr in the background until the returned
+// server is closed. It fails only when addr cannot be bound.
+func ServeMetrics(addr string, log *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics.Handler())
+	mux.HandleFunc("/healthz", Healthz)
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("serving metrics", "addr", ln.Addr().String())
+	return srv, nil
 }

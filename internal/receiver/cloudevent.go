@@ -15,7 +15,9 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/trace"
 	"github.com/imagereflector/reflector/internal/webhook"
 )
 
@@ -27,6 +29,9 @@ const (
 	APIServerRefAdd         = "dev.knative.apiserver.ref.add"
 	APIServerRefUpdate      = "dev.knative.apiserver.ref.update"
 )
+
+// cloudEventProvider is the provider label of registry pushes that arrive as CloudEvents.
+const cloudEventProvider = "cloudevent"
 
 // CloudEvents returns the handler of the broker path, serving binary and structured mode
 // through events.Handler.
@@ -47,8 +52,11 @@ func (r *Receiver) CloudEvents() http.Handler {
 //
 // Other types are acknowledged and logged. An error wrapping events.ErrRejected marks an
 // event that no redelivery can fix.
+//
+// The work runs in the trace of ctx, or of a new one when ctx carries none.
 func (r *Receiver) HandleCloudEvent(ctx context.Context, e cloudevents.Event) error {
 	start := time.Now()
+	ctx = trace.Ensure(ctx)
 	res, err := r.handleCloudEvent(ctx, e)
 	attrs := []slog.Attr{
 		slog.String("type", e.Type()),
@@ -66,8 +74,8 @@ func (r *Receiver) HandleCloudEvent(ctx context.Context, e cloudevents.Event) er
 		}
 		attrs = append(attrs, slog.String("error", err.Error()))
 	}
-	r.logger().LogAttrs(context.Background(), level, "cloudevent", attrs...)
-	r.scanAll(res.annotated)
+	r.logger().LogAttrs(ctx, level, "cloudevent", attrs...)
+	r.scanAll(ctx, res.annotated)
 	return err
 }
 
@@ -81,11 +89,14 @@ func (r *Receiver) handleCloudEvent(ctx context.Context, e cloudevents.Event) (r
 	evs, err := webhook.ParseCloudEvent(e.Type(), e.Source(), e.ID(), e.Data())
 	switch {
 	case errors.Is(err, webhook.ErrIgnored):
+		metrics.RecordWebhook(cloudEventProvider, metrics.WebhookIgnored)
 		return result{message: "ignored: " + err.Error()}, nil
 	case err != nil:
+		metrics.RecordWebhook(cloudEventProvider, metrics.WebhookRejected)
 		return result{message: "rejected"}, fmt.Errorf("%w: %v", events.ErrRejected, err)
 	}
 	res := r.deliver(ctx, "cloudevent", "", evs)
+	metrics.RecordWebhook(cloudEventProvider, res.outcome())
 	if res.err != nil {
 		return res, res.err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/trace"
 )
 
 // Scanner scans one ImageRepository; *reconcile.Scanner is the one the scan function uses.
@@ -77,6 +78,9 @@ type Answer struct {
 	DeliveryID string `json:"deliveryId,omitempty"`
 	// Objects lists the ImageRepositories whose reconcile-request annotation was set.
 	Objects []Object `json:"objects,omitempty"`
+	// TraceID is the trace the delivery belongs to; the log lines of its scans and evaluations
+	// carry it as trace_id.
+	TraceID string `json:"traceId,omitempty"`
 }
 
 // Shutdown stops starting background scans and waits for those under way. When ctx ends
@@ -102,10 +106,10 @@ func (r *Receiver) Shutdown(ctx context.Context) error {
 	}
 }
 
-// scanLater scans namespace/name in the background, within timeout, so that the sender of
-// the event is not kept waiting on the registry. It reports false when the Receiver is
-// shutting down and the scan is left to the cron reconciler.
-func (r *Receiver) scanLater(namespace, name string, hint *reconcile.Hint, timeout time.Duration) bool {
+// scanLater scans namespace/name in the background, within timeout and in the trace of req,
+// so that the sender of the event is not kept waiting on the registry. It reports false when
+// the Receiver is shutting down and the scan is left to the cron reconciler.
+func (r *Receiver) scanLater(req context.Context, namespace, name string, hint *reconcile.Hint, timeout time.Duration) bool {
 	r.mu.Lock()
 	if r.closing {
 		r.mu.Unlock()
@@ -115,10 +119,10 @@ func (r *Receiver) scanLater(namespace, name string, hint *reconcile.Hint, timeo
 	r.mu.Unlock()
 	go func() {
 		defer r.inFlight.Done()
-		ctx, cancel := context.WithTimeout(r.base, timeout)
+		ctx, cancel := context.WithTimeout(trace.Copy(r.base, req), timeout)
 		defer cancel()
 		if _, err := r.scanner.Scan(ctx, namespace, name, hint); err != nil {
-			r.cfg.log.Warn("background scan failed; the cron reconciler retries it",
+			r.cfg.log.WarnContext(ctx, "background scan failed; the cron reconciler retries it",
 				"namespace", namespace, "name", name, "error", err.Error())
 		}
 	}()

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/imagereflector/reflector/internal/metrics"
+	"github.com/imagereflector/reflector/internal/trace"
 	"github.com/imagereflector/reflector/internal/webhook"
 )
 
@@ -30,12 +32,26 @@ import (
 // 401 missing or wrong signature or token, with nothing changed; 404; 405 not POST; 413 over
 // MaxBodyBytes; 429 over the receiver's rate; 500 when the API server fails. Every answer is one
 // JSON log line, which never contains the query string (tokens travel there).
+//
+// The delivery continues the trace of its traceparent header, or starts one; the answer, its
+// log line, the scans and the events they emit carry its trace id.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
+	ctx := trace.Continue(req.Context(), req.Header.Get(trace.Header))
+	req = req.WithContext(ctx)
 	res := r.receive(w, req)
-	writeAnswer(w, res)
-	r.logAnswer("webhook", res, time.Since(start))
-	r.scanAll(res.annotated)
+	writeAnswer(ctx, w, res)
+	metrics.RecordWebhook(providerLabel(res.provider), res.outcome())
+	r.logAnswer(ctx, "webhook", res, time.Since(start))
+	r.scanAll(ctx, res.annotated)
+}
+
+// providerLabel bounds the provider label to the known providers.
+func providerLabel(p string) string {
+	if webhook.Known(p) {
+		return p
+	}
+	return metrics.UnknownProvider
 }
 
 // result is what handling a delivery came to.
@@ -47,6 +63,28 @@ type result struct {
 	deliveryID string
 	annotated  []target
 	err        error
+	// skipped is the metric result of an authentic delivery that changed nothing
+	// (metrics.WebhookDeduplicated, metrics.WebhookNoMatch); other results follow from status.
+	skipped string
+}
+
+// outcome is the result label of the delivery's metric.
+func (res result) outcome() string {
+	switch {
+	case res.status == http.StatusAccepted:
+		return metrics.WebhookAccepted
+	case res.status == http.StatusUnauthorized:
+		return metrics.WebhookUnauthenticated
+	case res.status == http.StatusTooManyRequests:
+		return metrics.WebhookRateLimited
+	case res.status >= 500:
+		return metrics.WebhookFailed
+	case res.status >= 400:
+		return metrics.WebhookRejected
+	case res.skipped != "":
+		return res.skipped
+	}
+	return metrics.WebhookIgnored
 }
 
 func (r *Receiver) receive(w http.ResponseWriter, req *http.Request) result {
@@ -117,6 +155,7 @@ func (r *Receiver) deliver(ctx context.Context, scope, namespace string, evs []w
 	key, id := deliveryKey(scope, evs)
 	res := result{deliveryID: id}
 	if !r.seen.claim(key, r.cfg.now()) {
+		res.skipped = metrics.WebhookDeduplicated
 		return res.with(http.StatusOK, "duplicate delivery")
 	}
 	targets, err := r.match(ctx, namespace, evs)
@@ -126,6 +165,7 @@ func (r *Receiver) deliver(ctx context.Context, scope, namespace string, evs []w
 		return res.with(http.StatusInternalServerError, "cannot list ImageRepositories")
 	}
 	if len(targets) == 0 {
+		res.skipped = metrics.WebhookNoMatch
 		return res.with(http.StatusOK, "no ImageRepository matches "+eventKeys(evs))
 	}
 	res.annotated, err = r.annotate(ctx, targets)
@@ -139,10 +179,10 @@ func (r *Receiver) deliver(ctx context.Context, scope, namespace string, evs []w
 	return res.with(http.StatusAccepted, "accepted")
 }
 
-// scanAll starts the background scans of annotated targets.
-func (r *Receiver) scanAll(targets []target) {
+// scanAll starts the background scans of annotated targets, in the trace of ctx.
+func (r *Receiver) scanAll(ctx context.Context, targets []target) {
 	for _, t := range targets {
-		r.scanLater(t.namespace, t.name, t.hint(), t.timeout)
+		r.scanLater(ctx, t.namespace, t.name, t.hint(), t.timeout)
 	}
 }
 
@@ -157,15 +197,19 @@ func eventKeys(evs []webhook.Event) string {
 	return strings.Join(keys, ", ")
 }
 
-func writeAnswer(w http.ResponseWriter, res result) {
+func writeAnswer(ctx context.Context, w http.ResponseWriter, res result) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(res.status)
-	_ = json.NewEncoder(w).Encode(Answer{Message: res.message, DeliveryID: res.deliveryID, Objects: objects(res.annotated)})
+	a := Answer{Message: res.message, DeliveryID: res.deliveryID, Objects: objects(res.annotated)}
+	if tc, ok := trace.From(ctx); ok {
+		a.TraceID = tc.TraceIDString()
+	}
+	_ = json.NewEncoder(w).Encode(a)
 }
 
 // logAnswer writes the one line of an answer.
-func (r *Receiver) logAnswer(kind string, res result, took time.Duration) {
+func (r *Receiver) logAnswer(ctx context.Context, kind string, res result, took time.Duration) {
 	level := slog.LevelInfo
 	switch {
 	case res.status >= 500:
@@ -185,5 +229,5 @@ func (r *Receiver) logAnswer(kind string, res result, took time.Duration) {
 	if res.err != nil {
 		attrs = append(attrs, slog.String("error", res.err.Error()))
 	}
-	r.logger().LogAttrs(context.Background(), level, kind, attrs...)
+	r.logger().LogAttrs(ctx, level, kind, attrs...)
 }

@@ -14,6 +14,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/trace"
 )
 
 // Dispatcher delivers a request for one object to a function.
@@ -151,11 +152,13 @@ func (p *Pass) send(ctx context.Context, start time.Time, work []dispatch, now f
 		go func() {
 			defer wg.Done()
 			for d := range queue {
-				err := d.to.Send(ctx, d.ceType, d.ref.Namespace+"/"+d.ref.Name, d.ref)
+				// Each request starts a trace that the function's log lines continue.
+				dctx := trace.With(ctx, trace.New())
+				err := d.to.Send(dctx, d.ceType, d.ref.Namespace+"/"+d.ref.Name, d.ref)
 				mu.Lock()
 				if err != nil {
 					failed++
-					log.Warn("dispatch failed", "type", d.ceType, "namespace", d.ref.Namespace,
+					log.WarnContext(dctx, "dispatch failed", "type", d.ceType, "namespace", d.ref.Namespace,
 						"name", d.ref.Name, "reason", d.ref.Reason, "error", err)
 				} else {
 					ok++

@@ -16,6 +16,7 @@ import (
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/policy"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
@@ -54,6 +55,9 @@ type PolicyOutcome struct {
 	Message string `json:"message,omitempty"`
 	// Duration is how long the evaluation took.
 	Duration time.Duration `json:"duration"`
+
+	// suspended and deleting describe the policy as read, for the reconcile metric.
+	suspended, deleting bool
 }
 
 // Defaults of an Evaluator whose fields are zero.
@@ -124,23 +128,26 @@ func (e *Evaluator) Evaluate(ctx context.Context, namespace, name string) (Polic
 	if apierrors.IsNotFound(err) {
 		e.forget(namespace, name)
 		out := PolicyOutcome{Namespace: namespace, Name: name, Result: PolicyNotFound}
-		return e.logged(out, start, nil)
+		return e.logged(ctx, out, start, nil)
 	}
 	if err != nil {
 		out := PolicyOutcome{Namespace: namespace, Name: name, Result: PolicyFailed}
-		return e.logged(out, start, fmt.Errorf("reading ImagePolicy %s/%s: %w", namespace, name, err))
+		return e.logged(ctx, out, start, fmt.Errorf("reading ImagePolicy %s/%s: %w", namespace, name, err))
 	}
 	w := e.newPolicyWorld(ctx)
 	out, err := e.evaluate(ctx, w, pol)
-	return e.logged(out, start, err)
+	return e.logged(ctx, out, start, err)
 }
 
-// logged finishes an outcome with its duration and logs it.
-func (e *Evaluator) logged(out PolicyOutcome, start time.Time, err error) (PolicyOutcome, error) {
+// logged finishes an outcome with its duration, records it in the reconcile metric and logs it.
+func (e *Evaluator) logged(ctx context.Context, out PolicyOutcome, start time.Time, err error) (PolicyOutcome, error) {
 	out.Duration = e.now().Sub(start)
 	if out.Result == "" {
 		// Only the evaluator's own failures return before deciding a result.
 		out.Result = PolicyFailed
+	}
+	if out.Result != PolicyNotFound {
+		metrics.RecordReconcile(metrics.KindImagePolicy, out.Namespace, out.Name, out.suspended, out.deleting, out.Duration)
 	}
 	attrs := []any{"namespace", out.Namespace, "name", out.Name, "outcome", out.Result,
 		"duration", out.Duration}
@@ -157,16 +164,17 @@ func (e *Evaluator) logged(out PolicyOutcome, start time.Time, err error) (Polic
 		attrs = append(attrs, "reason", out.Reason, "message", out.Message)
 	}
 	if err != nil {
-		e.log().Error("evaluated ImagePolicy", append(attrs, "error", err)...)
+		e.log().ErrorContext(ctx, "evaluated ImagePolicy", append(attrs, "error", err)...)
 	} else {
-		e.log().Info("evaluated ImagePolicy", attrs...)
+		e.log().InfoContext(ctx, "evaluated ImagePolicy", attrs...)
 	}
 	return out, err
 }
 
 // evaluate evaluates pol, as read from the API server, against the world w.
 func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImagePolicy) (PolicyOutcome, error) {
-	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Latest: pol.Status.LatestRef}
+	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Latest: pol.Status.LatestRef,
+		suspended: pol.Spec.Suspend, deleting: !pol.DeletionTimestamp.IsZero()}
 	if pol.Spec.Suspend || !pol.DeletionTimestamp.IsZero() {
 		out.Result = PolicySuspended
 		return out, nil
@@ -296,7 +304,7 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 		data := events.LatestChanged{Namespace: pol.Namespace, Name: pol.Name, Previous: out.Previous, Latest: latest}
 		if err := e.Sink.Send(ctx, events.TypeLatestChanged, pol.Namespace+"/"+pol.Name, data); err != nil {
 			// The status holds the change; the sink's consumers catch up from it.
-			e.log().Warn("announcing a new latest image", "namespace", pol.Namespace, "name", pol.Name,
+			e.log().WarnContext(ctx, "announcing a new latest image", "namespace", pol.Namespace, "name", pol.Name,
 				"latest", latest.String(), "error", err)
 		}
 	}

@@ -89,7 +89,7 @@ func (e *Evaluator) evaluateAll(ctx context.Context, pols []*v1.ImagePolicy) ([]
 			defer func() { <-sem; wg.Done() }()
 			start := e.now()
 			out, err := e.evaluate(ctx, w, pol)
-			outs[i], errs[i] = e.logged(out, start, err)
+			outs[i], errs[i] = e.logged(ctx, out, start, err)
 			w.release(repoKey(pol))
 		}()
 	}

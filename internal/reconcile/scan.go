@@ -16,8 +16,10 @@ import (
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
+	"github.com/imagereflector/reflector/internal/trace"
 )
 
 // Hint is what a push event says about a repository: the tags it names. A scan with a hint may
@@ -76,6 +78,8 @@ type Scanner struct {
 type pending struct {
 	requested bool
 	hint      *Hint
+	// trace is the trace of the latest request, which the follow-up scan continues.
+	trace context.Context
 }
 
 // Scan scans namespace/name. With a hint it may add the pushed tags incrementally; without one
@@ -90,7 +94,9 @@ func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) 
 	if p, ok := s.running[key]; ok {
 		p.hint = mergeHints(p.requested, p.hint, hint)
 		p.requested = true
+		p.trace = ctx
 		s.mu.Unlock()
+		s.log().InfoContext(ctx, "scan", "namespace", namespace, "name", name, "skipped", SkippedCoalesced)
 		return ScanOutcome{Skipped: SkippedCoalesced}, nil
 	}
 	p := &pending{}
@@ -106,7 +112,8 @@ func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) 
 			return out, err
 		}
 		hint = p.hint
-		p.requested, p.hint = false, nil
+		ctx = trace.Copy(ctx, p.trace)
+		p.requested, p.hint, p.trace = false, nil, nil
 		s.mu.Unlock()
 	}
 }
@@ -139,7 +146,12 @@ func (s *Scanner) log() *slog.Logger {
 func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) (out ScanOutcome, err error) {
 	start := s.now()
 	key := StoreKey(namespace, name)
+	var repo *v1.ImageRepository
 	defer func() {
+		if repo != nil {
+			metrics.RecordReconcile(metrics.KindImageRepository, namespace, name, repo.Spec.Suspend,
+				!repo.DeletionTimestamp.IsZero(), s.now().Sub(start))
+		}
 		attrs := []any{"namespace", namespace, "name", name, "duration", s.now().Sub(start)}
 		if out.Skipped != "" {
 			attrs = append(attrs, "skipped", out.Skipped)
@@ -152,15 +164,16 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 		}
 		if err != nil {
 			attrs = append(attrs, "error", err)
-			s.log().Error("scan", attrs...)
+			s.log().ErrorContext(ctx, "scan", attrs...)
 			return
 		}
-		s.log().Info("scan", attrs...)
+		s.log().InfoContext(ctx, "scan", attrs...)
 	}()
 
-	repo, err := s.Kube.Repositories.Get(ctx, namespace, name)
+	got, err := s.Kube.Repositories.Get(ctx, namespace, name)
 	if apierrors.IsNotFound(err) {
 		// The store is a cache of live objects: a deleted repository loses its entry.
+		metrics.ForgetRepository(namespace, name)
 		if err := s.Store.Delete(ctx, key); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return ScanOutcome{Skipped: SkippedDeleted}, err
 		}
@@ -169,6 +182,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 	if err != nil {
 		return out, fmt.Errorf("reading ImageRepository %s: %w", key, err)
 	}
+	repo = got
 	if repo.Spec.Suspend {
 		return ScanOutcome{Skipped: SkippedSuspended}, nil
 	}
@@ -227,13 +241,14 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 	if err != nil {
 		return out, fmt.Errorf("writing the status of ImageRepository %s: %w", key, err)
 	}
+	metrics.SetRepositoryTags(namespace, name, len(entry.Tags))
 	if out.Changed {
 		s.Recorder.Normal(updated, v1.SucceededReason, message)
 		if s.Sink != nil {
 			data := events.TagsChanged{Namespace: namespace, Name: name, Revision: entry.Revision}
 			if err := s.Sink.Send(ctx, events.TypeTagsChanged, key, data); err != nil {
 				// The cron reconciler re-evaluates policies that missed this.
-				s.log().Warn("announcing changed tags", "namespace", namespace, "name", name, "error", err)
+				s.log().WarnContext(ctx, "announcing changed tags", "namespace", namespace, "name", name, "error", err)
 			}
 		}
 	}

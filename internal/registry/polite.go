@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/imagereflector/reflector/internal/metrics"
 )
 
 // politeTransport is the RoundTripper under go-containerregistry's authentication: every request,
@@ -33,6 +35,11 @@ func (t *politeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, fmt.Errorf("waiting for the request rate limit of %s: %w", req.URL.Host, err)
 		}
 		resp, err := t.inner.RoundTrip(req)
+		code := 0
+		if resp != nil {
+			code = resp.StatusCode
+		}
+		metrics.RecordRegistryRequest(req.URL.Host, code)
 		if !retriable(resp, err) || attempt >= t.c.maxRetries || (req.Body != nil && req.Body != http.NoBody) {
 			return resp, err
 		}
@@ -51,6 +58,9 @@ func (t *politeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp != nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			_ = resp.Body.Close()
+		}
+		if asked {
+			metrics.RecordRetryAfter(req.URL.Host, wait)
 		}
 		if err := sleep(ctx, wait); err != nil {
 			return nil, err

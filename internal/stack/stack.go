@@ -32,6 +32,8 @@ import (
 // Ports of the stack's processes; zero picks free ones.
 type Ports struct {
 	APIServer, Etcd, Registry, Scan, Policy int
+	// Metrics are the ports of /metrics of the scan and policy functions and the cron loop.
+	ScanMetrics, PolicyMetrics, CronMetrics int
 }
 
 // Options configure Start.
@@ -48,6 +50,9 @@ type Options struct {
 	// NotifyBackoff is how long the registry waits before resending a failed notification;
 	// zero means one second.
 	NotifyBackoff time.Duration
+	// Env adds environment variables to the processes of components, after those that Start
+	// sets, so that they override them: REFLECTOR_WEBHOOK_RATE for Scan, for example.
+	Env map[string][]string
 }
 
 // Stack is a running reflector.
@@ -60,6 +65,8 @@ type Stack struct {
 	Registry string
 	// ScanURL and PolicyURL are the functions' base URLs.
 	ScanURL, PolicyURL string
+	// Metrics maps Scan, Policy and Cron to the URL of their /metrics.
+	Metrics map[string]string
 	// Token is the webhook token of Options.Namespace.
 	Token string
 
@@ -108,7 +115,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	p := &s.opts.Ports
-	for _, port := range []*int{&p.Registry, &p.Scan, &p.Policy} {
+	for _, port := range []*int{&p.Registry, &p.Scan, &p.Policy, &p.ScanMetrics, &p.PolicyMetrics, &p.CronMetrics} {
 		if *port == 0 {
 			if *port, err = testenv.FreePort(); err != nil {
 				return nil, err
@@ -118,6 +125,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	s.Registry = "127.0.0.1:" + strconv.Itoa(p.Registry)
 	s.ScanURL = "http://127.0.0.1:" + strconv.Itoa(p.Scan)
 	s.PolicyURL = "http://127.0.0.1:" + strconv.Itoa(p.Policy)
+	s.Metrics = map[string]string{
+		Scan:   "http://127.0.0.1:" + strconv.Itoa(p.ScanMetrics) + "/metrics",
+		Policy: "http://127.0.0.1:" + strconv.Itoa(p.PolicyMetrics) + "/metrics",
+		Cron:   "http://127.0.0.1:" + strconv.Itoa(p.CronMetrics) + "/metrics",
+	}
 
 	if s.Env, err = testenv.Start(ctx, testenv.Options{Dir: filepath.Join(dir, "kube"), APIServerPort: p.APIServer, EtcdPort: p.Etcd}); err != nil {
 		return nil, err
@@ -200,17 +212,20 @@ func (s *Stack) command(c string) (*exec.Cmd, string, error) {
 	case Scan:
 		cmd := exec.Command(filepath.Join(s.bins, "scan"))
 		cmd.Env = append(env, "PORT="+strconv.Itoa(s.opts.Ports.Scan),
+			"REFLECTOR_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(s.opts.Ports.ScanMetrics),
 			"REFLECTOR_STORE_DIR="+filepath.Join(d, "store"), "K_SINK="+s.PolicyURL)
 		return cmd, s.ScanURL + "/healthz", nil
 	case Policy:
 		cmd := exec.Command(filepath.Join(s.bins, "policy"))
 		cmd.Env = append(env, "PORT="+strconv.Itoa(s.opts.Ports.Policy),
+			"REFLECTOR_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(s.opts.Ports.PolicyMetrics),
 			"REFLECTOR_STORE_DIR="+filepath.Join(d, "store"))
 		return cmd, s.PolicyURL + "/healthz", nil
 	case Cron:
 		cmd := exec.Command(filepath.Join(s.bins, "cron"), "--every="+s.opts.CronEvery.String(),
 			"--spread="+(s.opts.CronEvery/4).String(), "--scan-url="+s.ScanURL, "--policy-url="+s.PolicyURL,
-			"--store-dir="+filepath.Join(d, "store"))
+			"--store-dir="+filepath.Join(d, "store"),
+			"--metrics-addr=127.0.0.1:"+strconv.Itoa(s.opts.Ports.CronMetrics))
 		cmd.Env = env
 		return cmd, "", nil
 	}
@@ -251,8 +266,41 @@ notifications:
 `, dataDir, addr, hookURL, token, backoff)
 }
 
-func (s *Stack) start(ctx context.Context, c string) error {
+// withEnv returns command's result with Options.Env of c added.
+func (s *Stack) withEnv(c string) (*exec.Cmd, string, error) {
 	cmd, ready, err := s.command(c)
+	if err != nil {
+		return nil, "", err
+	}
+	if extra := s.opts.Env[c]; len(extra) > 0 {
+		if cmd.Env == nil {
+			cmd.Env = os.Environ()
+		}
+		cmd.Env = append(cmd.Env, extra...)
+	}
+	return cmd, ready, nil
+}
+
+// Command returns a command that runs component c with the binary, arguments and environment
+// that Start gives it, not started and not tracked by the Stack: a caller can run it in place of
+// the Stack's own process after stopping that with Kill.
+func (s *Stack) Command(c string) (*exec.Cmd, error) {
+	cmd, _, err := s.withEnv(c)
+	return cmd, err
+}
+
+// PID returns the process id of a running component, or 0 when it is not running.
+func (s *Stack) PID(c string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cmd := s.procs[c]; cmd != nil && cmd.Process != nil {
+		return cmd.Process.Pid
+	}
+	return 0
+}
+
+func (s *Stack) start(ctx context.Context, c string) error {
+	cmd, ready, err := s.withEnv(c)
 	if err != nil {
 		return err
 	}

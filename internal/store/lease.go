@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/imagereflector/reflector/internal/metrics"
 )
 
 // watchInterval is how often an open database checks for waiting processes
@@ -31,6 +33,7 @@ func (s *Store) acquire(ctx context.Context, write bool) (*badger.DB, error) {
 			s.wrote = s.wrote || write
 			db := s.db
 			s.mu.Unlock()
+			metrics.RecordStoreWait(write, time.Since(start))
 			return db, nil
 		case s.state == stateIdle:
 			s.state = stateOpening

@@ -1,0 +1,200 @@
+// Package metrics holds reflector's Prometheus metrics: Flux's reconcile duration histogram, so
+// that dashboards and alerts made for Flux show reflector's ImageRepositories and ImagePolicies,
+// and reflector's own counters, named reflector_*.
+//
+// Every label value is bounded: object kinds, names and namespaces (as Flux labels them), webhook
+// providers from a fixed list, registry hosts, HTTP status codes and fixed result words. A tag, a
+// digest or a delivery id is never a label.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Registry holds every metric of the process, together with the Go runtime and process
+// collectors that Flux's controllers also expose.
+var Registry = prometheus.NewRegistry()
+
+var (
+	reconcileDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "gotk_reconcile_duration_seconds",
+		Help: "The duration in seconds of a GitOps Toolkit resource reconciliation.",
+		// Flux's buckets: ten between 10 ms and 30 minutes.
+		Buckets: prometheus.ExponentialBucketsRange(10e-3, 1800, 10),
+	}, []string{"kind", "name", "namespace"})
+
+	webhookRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "reflector_webhook_requests_total",
+		Help: "Registry webhook deliveries and registry CloudEvents, by provider and result.",
+	}, []string{"provider", "result"})
+
+	registryRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "reflector_registry_requests_total",
+		Help: "HTTP requests to container registries, by host and status code (\"error\" when no answer came).",
+	}, []string{"host", "code"})
+
+	retryAfterWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "reflector_registry_retry_after_waits_total",
+		Help: "Waits that a registry asked for with 429 and Retry-After, by host.",
+	}, []string{"host"})
+
+	retryAfterSeconds = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "reflector_registry_retry_after_wait_seconds_total",
+		Help: "Seconds spent waiting as registries asked with Retry-After, by host.",
+	}, []string{"host"})
+
+	storeLockWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "reflector_store_lock_wait_seconds",
+		Help:    "Time a tag store call waited for the Badger directory, by mode (read or write).",
+		Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+	}, []string{"mode"})
+
+	repositoryTags = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "reflector_repository_tags",
+		Help: "Tags stored for an ImageRepository after its last successful scan.",
+	}, []string{"name", "namespace"})
+
+	eventsSent = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "reflector_events_sent_total",
+		Help: "CloudEvents sent, by type and result (acknowledged or not_acknowledged).",
+	}, []string{"type", "result"})
+
+	cronPasses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "reflector_cron_passes_total",
+		Help: "Cron reconciler passes, by result (succeeded or failed).",
+	}, []string{"result"})
+
+	cronObjects = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "reflector_cron_last_pass_objects",
+		Help: "What the last cron pass counted: repositories, policies, due, dispatched, failed, store_deleted.",
+	}, []string{"count"})
+
+	cronDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "reflector_cron_pass_duration_seconds",
+		Help:    "Duration of cron reconciler passes.",
+		Buckets: prometheus.ExponentialBucketsRange(10e-3, 300, 12),
+	})
+)
+
+func init() {
+	Registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		reconcileDuration, webhookRequests, registryRequests, retryAfterWaits, retryAfterSeconds,
+		storeLockWait, repositoryTags, eventsSent, cronPasses, cronObjects, cronDuration,
+	)
+}
+
+// Handler serves the metrics in Prometheus' exposition formats.
+func Handler() http.Handler {
+	return promhttp.HandlerFor(Registry, promhttp.HandlerOpts{Registry: Registry})
+}
+
+// Kinds of the reconcile histogram, as Flux names them.
+const (
+	KindImageRepository = "ImageRepository"
+	KindImagePolicy     = "ImagePolicy"
+)
+
+// RecordReconcile records one reconciliation of an object. Following Flux, an object that is
+// suspended is not recorded unless it is being deleted.
+func RecordReconcile(kind, namespace, name string, suspended, deleting bool, took time.Duration) {
+	if suspended && !deleting {
+		return
+	}
+	reconcileDuration.WithLabelValues(kind, name, namespace).Observe(took.Seconds())
+}
+
+// Webhook results.
+const (
+	WebhookAccepted        = "accepted"
+	WebhookUnauthenticated = "unauthenticated"
+	WebhookIgnored         = "ignored"
+	WebhookDeduplicated    = "deduplicated"
+	WebhookNoMatch         = "no_match"
+	WebhookRejected        = "rejected"
+	WebhookRateLimited     = "rate_limited"
+	WebhookFailed          = "failed"
+)
+
+// UnknownProvider is the provider label of deliveries to a provider that does not exist, so that
+// a scan of made-up paths adds one series, not one per path.
+const UnknownProvider = "unknown"
+
+// RecordWebhook counts one delivery. provider must come from a fixed list; the caller maps
+// anything else to UnknownProvider.
+func RecordWebhook(provider, result string) {
+	webhookRequests.WithLabelValues(provider, result).Inc()
+}
+
+// RecordRegistryRequest counts one request to a registry: its HTTP status code, or 0 when no
+// answer came.
+func RecordRegistryRequest(host string, code int) {
+	c := "error"
+	if code > 0 {
+		c = strconv.Itoa(code)
+	}
+	registryRequests.WithLabelValues(host, c).Inc()
+}
+
+// RecordRetryAfter counts a wait that a registry asked for.
+func RecordRetryAfter(host string, wait time.Duration) {
+	retryAfterWaits.WithLabelValues(host).Inc()
+	retryAfterSeconds.WithLabelValues(host).Add(wait.Seconds())
+}
+
+// RecordStoreWait records how long a store call waited for the database.
+func RecordStoreWait(write bool, waited time.Duration) {
+	mode := "read"
+	if write {
+		mode = "write"
+	}
+	storeLockWait.WithLabelValues(mode).Observe(waited.Seconds())
+}
+
+// SetRepositoryTags records the number of tags stored for an ImageRepository.
+func SetRepositoryTags(namespace, name string, n int) {
+	repositoryTags.WithLabelValues(name, namespace).Set(float64(n))
+}
+
+// ForgetRepository drops the series of an ImageRepository that no longer exists.
+func ForgetRepository(namespace, name string) {
+	repositoryTags.DeleteLabelValues(name, namespace)
+}
+
+// RecordEventSent counts one CloudEvent sent and whether the sink acknowledged it.
+func RecordEventSent(ceType string, acknowledged bool) {
+	result := "acknowledged"
+	if !acknowledged {
+		result = "not_acknowledged"
+	}
+	eventsSent.WithLabelValues(ceType, result).Inc()
+}
+
+// CronPass is what one cron pass counted.
+type CronPass struct {
+	Repositories, Policies, Due, Dispatched, Failed, StoreDeleted int
+	Duration                                                      time.Duration
+}
+
+// RecordCronPass records a pass; a failed pass (err set) counts only as failed.
+func RecordCronPass(p CronPass, err error) {
+	if err != nil {
+		cronPasses.WithLabelValues("failed").Inc()
+		return
+	}
+	cronPasses.WithLabelValues("succeeded").Inc()
+	for name, v := range map[string]int{
+		"repositories": p.Repositories, "policies": p.Policies, "due": p.Due,
+		"dispatched": p.Dispatched, "failed": p.Failed, "store_deleted": p.StoreDeleted,
+	} {
+		cronObjects.WithLabelValues(name).Set(float64(v))
+	}
+	cronDuration.Observe(p.Duration.Seconds())
+}
