@@ -1,0 +1,84 @@
+package kube_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/imagereflector/reflector/internal/kube"
+)
+
+// eventsOf waits until the Events of ns stop changing and returns how many objects there are and
+// the sum of their counts.
+func eventsOf(t *testing.T, c *kube.Client, ns string) (objects, total int) {
+	t.Helper()
+	last, stable := -1, 0
+	for range 100 {
+		list, err := c.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		objects, total = len(list.Items), 0
+		for _, e := range list.Items {
+			total += int(max(e.Count, 1))
+		}
+		if total == last && total > 0 {
+			if stable++; stable == 5 {
+				return objects, total
+			}
+		} else {
+			stable = 0
+		}
+		last = total
+		time.Sleep(100 * time.Millisecond)
+	}
+	return objects, total
+}
+
+// A repository that fails on every scan does not flood the API server: identical Warnings become
+// one Event with a count, and a rate limit per object caps what is written.
+func TestRecorderIntegrationAggregatesRepeats(t *testing.T) {
+	c, ns := newRepo(t)
+	repo, err := c.Repositories.Get(context.Background(), ns, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := kube.NewRecorder(c.Core, "reflector-test")
+	t.Cleanup(rec.Shutdown)
+	for range 60 {
+		rec.Warning(repo, "ReadOperationFailed", "GET https://ghcr.io/v2/org/app/tags/list: 503 Service Unavailable")
+	}
+	objects, total := eventsOf(t, c, ns)
+	if objects != 1 {
+		t.Errorf("%d Event objects for 60 identical warnings, want 1", objects)
+	}
+	if total >= 60 {
+		t.Errorf("the Event counts %d of 60 warnings: nothing was rate-limited", total)
+	}
+	t.Logf("60 identical warnings: %d Event, count %d", objects, total)
+}
+
+// Warnings whose messages differ (a timestamp, a request id) are combined too.
+func TestRecorderIntegrationCombinesSimilar(t *testing.T) {
+	c, ns := newRepo(t)
+	repo, err := c.Repositories.Get(context.Background(), ns, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := kube.NewRecorder(c.Core, "reflector-test")
+	t.Cleanup(rec.Shutdown)
+	for i := range 60 {
+		rec.Warning(repo, "ReadOperationFailed", fmt.Sprintf("request %d: 503 Service Unavailable", i))
+	}
+	objects, total := eventsOf(t, c, ns)
+	if objects > 11 {
+		t.Errorf("%d Event objects for 60 similar warnings, want at most 11 (10, then one combined)", objects)
+	}
+	if total >= 60 {
+		t.Errorf("the Events count %d of 60 warnings: nothing was rate-limited", total)
+	}
+	t.Logf("60 similar warnings: %d Events, counts summing to %d", objects, total)
+}
