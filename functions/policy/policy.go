@@ -34,6 +34,7 @@ import (
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
+	"github.com/imagereflector/reflector/internal/trace"
 )
 
 func init() {
@@ -116,7 +117,7 @@ func (h *Handler) evaluate(w http.ResponseWriter, req *http.Request) {
 	if !ok {
 		return
 	}
-	out, err := h.ev.Evaluate(req.Context(), ns, name)
+	out, err := h.ev.Evaluate(trace.Continue(req.Context(), req.Header.Get(trace.Header)), ns, name)
 	respond(w, out, err)
 }
 
@@ -126,7 +127,7 @@ func (h *Handler) evaluateRepository(w http.ResponseWriter, req *http.Request) {
 	if !ok {
 		return
 	}
-	outs, err := h.ev.EvaluateRepository(req.Context(), ns, name)
+	outs, err := h.ev.EvaluateRepository(trace.Continue(req.Context(), req.Header.Get(trace.Header)), ns, name)
 	if outs == nil {
 		outs = []reconcile.PolicyOutcome{}
 	}
