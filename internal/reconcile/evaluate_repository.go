@@ -8,7 +8,9 @@ import (
 	"strings"
 	"sync"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 )
@@ -21,17 +23,28 @@ import (
 // The error joins the evaluator's own failures; the outcomes of the policies that were evaluated
 // are returned with it.
 func (e *Evaluator) EvaluateRepository(ctx context.Context, repoNamespace, repoName string) ([]PolicyOutcome, error) {
-	pols, err := e.policies(ctx, func(p *v1.ImagePolicy) bool {
+	keep := func(p *v1.ImagePolicy) bool {
 		return p.RepositoryNamespace() == repoNamespace && p.Spec.ImageRepositoryRef.Name == repoName
-	})
+	}
+	// The CRD declares spec.imageRepositoryRef.name a selectable field, so the apiserver sends
+	// only the policies that refer to a repository of that name. Flux's own CRD does not; with
+	// it installed the selector is refused and every policy is listed.
+	pols, err := e.policies(ctx, fields.OneTermEqualSelector(RepositoryRefField, repoName).String(), keep)
+	if apierrors.IsBadRequest(err) {
+		pols, err = e.policies(ctx, "", keep)
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listing ImagePolicies: %w", err)
 	}
 	return e.evaluateAll(ctx, pols)
 }
 
-// policies pages through every ImagePolicy of the cluster and returns those keep accepts.
-func (e *Evaluator) policies(ctx context.Context, keep func(*v1.ImagePolicy) bool) ([]*v1.ImagePolicy, error) {
+// RepositoryRefField is the ImagePolicy field that the CRD makes selectable.
+const RepositoryRefField = "spec.imageRepositoryRef.name"
+
+// policies pages through the ImagePolicies of the cluster that fieldSelector selects and
+// returns those keep accepts.
+func (e *Evaluator) policies(ctx context.Context, fieldSelector string, keep func(*v1.ImagePolicy) bool) ([]*v1.ImagePolicy, error) {
 	limit := e.PageSize
 	if limit <= 0 {
 		limit = 500
@@ -39,9 +52,9 @@ func (e *Evaluator) policies(ctx context.Context, keep func(*v1.ImagePolicy) boo
 	var out []*v1.ImagePolicy
 	cont := ""
 	for {
-		list, err := e.Kube.Policies.List(ctx, "", metav1.ListOptions{Limit: limit, Continue: cont})
+		list, err := e.Kube.Policies.List(ctx, "", metav1.ListOptions{Limit: limit, Continue: cont, FieldSelector: fieldSelector})
 		if err != nil {
-			return nil, fmt.Errorf("listing ImagePolicies: %w", err)
+			return nil, err
 		}
 		for i := range list.Items {
 			if p := &list.Items[i]; keep(p) {

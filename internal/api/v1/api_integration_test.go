@@ -291,3 +291,34 @@ func TestAPIIntegrationStatusSubresource(t *testing.T) {
 		t.Error("reconcile annotation not set")
 	}
 }
+
+// The policy function asks for the ImagePolicies of one repository by field selector rather
+// than listing every policy of the cluster.
+func TestAPIIntegrationPolicyRepositoryRefIsSelectable(t *testing.T) {
+	env, c := client(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	for name, repo := range map[string]string{"a1": "app", "a2": "app", "o1": "other"} {
+		_, err := c.Policies.Create(ctx, &v1.ImagePolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: v1.ImagePolicySpec{
+				ImageRepositoryRef: v1.NamespacedObjectReference{Name: repo},
+				Policy:             v1.ImagePolicyChoice{Alphabetical: &v1.AlphabeticalPolicy{}},
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := c.Policies.List(ctx, ns, metav1.ListOptions{FieldSelector: "spec.imageRepositoryRef.name=app"})
+	if err != nil {
+		t.Fatalf("listing by spec.imageRepositoryRef.name: %v", err)
+	}
+	var names []string
+	for _, p := range list.Items {
+		names = append(names, p.Name)
+	}
+	if strings.Join(names, ",") != "a1,a2" {
+		t.Errorf("selected %v, want a1 and a2", names)
+	}
+}

@@ -180,6 +180,7 @@ type ImagePolicyStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status",description=""
 // +kubebuilder:printcolumn:name="Status",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].message",description=""
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp",description=""
+// +kubebuilder:selectablefield:JSONPath=`.spec.imageRepositoryRef.name`
 
 // ImagePolicy selects the latest image of an ImageRepository by a policy.
 type ImagePolicy struct {
