@@ -5,10 +5,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/registry"
 )
@@ -90,5 +97,79 @@ func BenchmarkEvaluateRepository100Policies(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkEvaluateRepositoryAmong10kPolicies is the work after one scan of a repository that one
+// policy uses, in a cluster that holds 10,000 other ImagePolicies: what finding the repository's
+// policies costs when the cluster is large. list-requests/op counts the ImagePolicy list pages.
+func BenchmarkEvaluateRepositoryAmong10kPolicies(b *testing.B) {
+	f := newEvalFixture(b)
+	f.repo(b, f.ns, "app", "ghcr.io/org/app")
+	base := benchTags(1_000)
+	f.put(b, f.ns, "app", base...)
+	f.policy(b, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver(">=1.0.0")})
+
+	cfg := rest.CopyConfig(f.env.Config)
+	cfg.QPS = -1
+	bulk, err := kube.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	others := f.env.Namespace(b)
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	for range 32 {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < 10_000; i = int(next.Add(1) - 1) {
+				_, err := bulk.Policies.Create(ctx, &v1.ImagePolicy{
+					ObjectMeta: metav1.ObjectMeta{Namespace: others, Name: fmt.Sprintf("p%05d", i)},
+					Spec: v1.ImagePolicySpec{
+						ImageRepositoryRef: refTo(fmt.Sprintf("repo-%05d", i)),
+						Policy:             semver(">=1.0.0"),
+					},
+				})
+				if err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+
+	counting := &countingTransport{}
+	ccfg := rest.CopyConfig(f.env.Config)
+	ccfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counting.next = rt; return counting })
+	c, err := kube.New(ccfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ev := benchEvaluator(f)
+	ev.Kube = c
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		f.put(b, f.ns, "app", append(base, "2.0."+strconv.Itoa(i))...)
+		counting.lists.Store(0)
+		b.StartTimer()
+		outs, err := ev.EvaluateRepository(ctx, f.ns, "app")
+		if err != nil || len(outs) != 1 || outs[0].Result != reconcile.PolicySucceeded {
+			b.Fatalf("iteration %d: %+v, %v", i, outs, err)
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(counting.lists.Load()), "list-requests/op")
+		b.StartTimer()
 	}
 }
