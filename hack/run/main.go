@@ -40,8 +40,9 @@ func run(dir string, once bool) error {
 	fmt.Println("building reflector and starting etcd, kube-apiserver, docker-registry, the functions and the cron reconciler ...")
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	s, err := stack.Start(startCtx, stack.Options{
-		Dir:   dir,
-		Ports: stack.Ports{APIServer: 26443, Etcd: 22379, Registry: 25000, Scan: 28080, Policy: 28081},
+		Dir: dir,
+		Ports: stack.Ports{APIServer: 26443, Etcd: 22379, Registry: 25000, Scan: 28080, Policy: 28081,
+			ScanMetrics: 29095, PolicyMetrics: 29096, CronMetrics: 29097},
 	})
 	cancel()
 	if err != nil {
@@ -69,8 +70,10 @@ func run(dir string, once bool) error {
 	footer := fmt.Sprintf("Push a new tag:   go run ./hack/push %s:1.2.0\n"+
 		"Use kubectl:      export KUBECONFIG=%s\n"+
 		"Logs:             %s\n"+
+		"Metrics:          %s %s %s\n"+
 		"Ctrl-C stops everything; state stays in %s.\n",
-		image, s.Env.Kubeconfig, strings.TrimSuffix(s.Log(stack.Scan), "scan.log")+"*.log", dir)
+		image, s.Env.Kubeconfig, strings.TrimSuffix(s.Log(stack.Scan), "scan.log")+"*.log",
+		s.Metrics[stack.Scan], s.Metrics[stack.Policy], s.Metrics[stack.Cron], dir)
 	changed := map[string]time.Time{}
 	last := map[string]string{}
 	tick := time.NewTicker(time.Second)
