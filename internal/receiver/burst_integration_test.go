@@ -66,5 +66,5 @@ func TestWebhookIntegrationBurst(t *testing.T) {
 	if n := f.tagListings(""); n > repos {
 		t.Errorf("%d tag listings for %d repositories, want one each", n, repos)
 	}
-	t.Logf("registry requests: %d for %d deliveries; tag listings: %d", len(f.reg.Requests()), deliveries, f.tagListings(""))
+	t.Logf("registry requests: %d for %d deliveries; tag listings: %d; ImageRepository listings: %d", len(f.reg.Requests()), deliveries, f.tagListings(""), f.lists.Load())
 }

@@ -19,11 +19,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/kube"
@@ -47,6 +49,21 @@ type fixture struct {
 	recv    *receiver.Receiver
 	srv     *httptest.Server
 	logs    *testenv.LogBuffer
+	// lists counts the ImageRepository list calls the fixture's clients made.
+	lists atomic.Int64
+}
+
+// listCounter counts the ImageRepository list calls that pass through it.
+type listCounter struct {
+	next http.RoundTripper
+	n    *atomic.Int64
+}
+
+func (l listCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodGet && strings.HasSuffix(strings.TrimSuffix(req.URL.Path, "/"), "/"+v1.ImageRepositoryResource) {
+		l.n.Add(1)
+	}
+	return l.next.RoundTrip(req)
 }
 
 // newFixture starts the fixture. Its registry client dials the test registry for every host,
@@ -55,11 +72,14 @@ type fixture struct {
 func newFixture(t testing.TB, opts ...receiver.Option) *fixture {
 	t.Helper()
 	env := testenv.Kube(t)
-	c, err := kube.New(env.Config)
+	f := &fixture{env: env, reg: testenv.NewRegistry(t), store: store.New(t.TempDir()), logs: &testenv.LogBuffer{}}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return listCounter{next: rt, n: &f.lists} })
+	c, err := kube.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{env: env, kube: c, reg: testenv.NewRegistry(t), store: store.New(t.TempDir()), logs: &testenv.LogBuffer{}}
+	f.kube = c
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
 		var d net.Dialer

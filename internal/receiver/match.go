@@ -8,10 +8,8 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	v1 "github.com/imagereflector/reflector/internal/api/v1"
-	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/webhook"
@@ -36,45 +34,41 @@ func (t target) hint() *reconcile.Hint {
 	return &reconcile.Hint{Tags: t.tags}
 }
 
-// match lists the ImageRepositories of namespace ("" for all) and returns those whose image
-// has the key of one of evs, in list order. Suspended repositories are left out: they are not
-// scanned, so a request for them would only wait for their resumption, which requests a
-// scan by itself.
+// match finds the ImageRepositories of namespace ("" for all) whose image has the key of one
+// of evs, in list order, from the catalog. Suspended repositories are left out: they are not
+// scanned, so a request for them would only wait for their resumption, which requests a scan
+// by itself.
 func (r *Receiver) match(ctx context.Context, namespace string, evs []webhook.Event) ([]target, error) {
 	wanted := map[string][]webhook.Event{}
 	for _, e := range evs {
 		wanted[e.Key()] = append(wanted[e.Key()], e)
 	}
-	var out []target
-	cont := ""
-	for {
-		list, err := r.kube.Repositories.List(ctx, namespace, metav1.ListOptions{Limit: r.cfg.pageSize, Continue: cont})
-		if err != nil {
-			return nil, fmt.Errorf("listing ImageRepositories: %w", err)
-		}
-		for i := range list.Items {
-			repo := &list.Items[i]
-			if repo.Spec.Suspend {
-				continue
+	pick := func(repos []repoEntry) []target {
+		var out []target
+		for _, e := range repos {
+			// An invalid spec.image has no key; the repository's own scan reports it.
+			if matched, ok := wanted[e.key]; ok && e.key != "" && !e.suspended {
+				out = append(out, newTarget(e, matched))
 			}
-			key, err := imagename.KeyOf(repo.Spec.Image)
-			if err != nil {
-				continue // an invalid spec.image is reported by the repository's own scan
-			}
-			matched, ok := wanted[key]
-			if !ok {
-				continue
-			}
-			out = append(out, newTarget(repo, matched))
 		}
-		if cont = list.Continue; cont == "" {
-			return out, nil
-		}
+		return out
 	}
+	repos, remembered, err := r.repos.repositories(ctx, namespace, false)
+	if err != nil {
+		return nil, err
+	}
+	if out := pick(repos); len(out) > 0 || !remembered {
+		return out, nil
+	}
+	// Nothing matched a remembered listing: ask the apiserver before answering so.
+	if repos, _, err = r.repos.repositories(ctx, namespace, true); err != nil {
+		return nil, err
+	}
+	return pick(repos), nil
 }
 
-func newTarget(repo *v1.ImageRepository, evs []webhook.Event) target {
-	t := target{namespace: repo.Namespace, name: repo.Name, timeout: repo.GetTimeout()}
+func newTarget(repo repoEntry, evs []webhook.Event) target {
+	t := target{namespace: repo.namespace, name: repo.name, timeout: repo.timeout}
 	for _, e := range evs {
 		if e.Tag == "" {
 			t.full = true
@@ -95,13 +89,19 @@ const annotateConcurrency = 8
 func (r *Receiver) annotate(ctx context.Context, targets []target) ([]target, error) {
 	token := kube.RequestToken(r.cfg.now())
 	errs := make([]error, len(targets))
+	gone := make([]bool, len(targets))
 	sem := make(chan struct{}, annotateConcurrency)
 	var wg sync.WaitGroup
 	for i, t := range targets {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if _, err := r.kube.Repositories.RequestReconcile(ctx, t.namespace, t.name, token); err != nil {
+			_, err := r.kube.Repositories.RequestReconcile(ctx, t.namespace, t.name, token)
+			switch {
+			case apierrors.IsNotFound(err):
+				// Deleted since the listing: there is nothing to scan.
+				gone[i] = true
+			case err != nil:
 				errs[i] = fmt.Errorf("annotating ImageRepository %s/%s: %w", t.namespace, t.name, err)
 			}
 		})
@@ -112,6 +112,9 @@ func (r *Receiver) annotate(ctx context.Context, targets []target) ([]target, er
 		first error
 	)
 	for i, t := range targets {
+		if gone[i] {
+			continue
+		}
 		if errs[i] != nil {
 			if first == nil {
 				first = errs[i]

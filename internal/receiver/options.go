@@ -42,6 +42,7 @@ type config struct {
 	dedupSize     int
 	secretTTL     time.Duration
 	pageSize      int64
+	matchTTL      time.Duration
 	log           *slog.Logger
 	now           func() time.Time
 }
@@ -54,6 +55,7 @@ func defaults() config {
 		dedupSize:   DefaultDedupSize,
 		secretTTL:   DefaultSecretTTL,
 		pageSize:    DefaultPageSize,
+		matchTTL:    DefaultMatchTTL,
 		log:         slog.Default(),
 		now:         time.Now,
 	}
@@ -90,6 +92,16 @@ func WithPageSize(n int64) Option {
 			c.pageSize = n
 		}
 	}
+}
+
+// DefaultMatchTTL is how long a listing of ImageRepositories serves the deliveries that match
+// something in it.
+const DefaultMatchTTL = time.Second
+
+// WithMatchTTL sets how long a listing of ImageRepositories serves later deliveries that match
+// something in it; zero lists for every delivery.
+func WithMatchTTL(d time.Duration) Option {
+	return func(c *config) { c.matchTTL = max(d, 0) }
 }
 
 // WithLogger sets where the one line per answer goes; the default is slog.Default().

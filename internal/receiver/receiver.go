@@ -33,6 +33,7 @@ type Receiver struct {
 	scanner Scanner
 	cfg     config
 
+	repos    *catalog
 	secrets  *secretCache
 	limits   *limiters
 	seen     *dedup
@@ -55,6 +56,7 @@ func New(c *kube.Client, s Scanner, opts ...Option) *Receiver {
 		kube:    c,
 		scanner: s,
 		cfg:     cfg,
+		repos:   newCatalog(c, cfg.matchTTL, cfg.pageSize, cfg.now),
 		secrets: newSecretCache(c.Core, cfg.secretTTL, cfg.now),
 		limits:  newLimiters(cfg.rate, cfg.burst),
 		seen:    newDedup(cfg.dedupWindow, cfg.dedupSize),

@@ -176,6 +176,11 @@ func (r *Receiver) deliver(ctx context.Context, scope, namespace string, evs []w
 		res.err = err
 		return res.with(http.StatusInternalServerError, "cannot record the scan request")
 	}
+	if len(res.annotated) == 0 {
+		// Every match was deleted since the listing.
+		res.skipped = metrics.WebhookNoMatch
+		return res.with(http.StatusOK, "no ImageRepository matches "+eventKeys(evs))
+	}
 	return res.with(http.StatusAccepted, "accepted")
 }
 
