@@ -68,6 +68,8 @@ func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PORT", strconv.Itoa(port))
+	t.Setenv("REFLECTOR_LISTEN_HOST", "127.0.0.1")
+	t.Setenv("REFLECTOR_METRICS_ADDR", "127.0.0.1:0")
 	t.Setenv("KUBECONFIG", env.Kubeconfig)
 	t.Setenv("REFLECTOR_STORE_DIR", dir)
 	t.Setenv("K_SINK", "")

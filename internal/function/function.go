@@ -73,7 +73,8 @@ func Lazy(name string, build func() (http.Handler, error)) http.HandlerFunc {
 // 8022, 8112, 9090, 9091), which shares the pod's network.
 const DefaultMetricsPort = "9095"
 
-// Serve serves h on $PORT (default 8080) until SIGTERM or an interrupt. Then it stops taking
+// Serve serves h on $PORT (default 8080), on every interface or on $REFLECTOR_LISTEN_HOST when
+// set, until SIGTERM or an interrupt. Then it stops taking
 // requests, lets those in flight finish for up to drain, and calls shutdown, which closes what
 // the handler holds (the tag store, the event recorder) so that the next process finds the
 // store clean.
@@ -98,7 +99,7 @@ func Serve(h http.Handler, drain time.Duration, shutdown func(context.Context) e
 		}
 	}
 	srv := &http.Server{
-		Addr:              net.JoinHostPort("", port),
+		Addr:              net.JoinHostPort(os.Getenv("REFLECTOR_LISTEN_HOST"), port),
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

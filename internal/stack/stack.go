@@ -201,7 +201,7 @@ func (s *Stack) webhookSecret(ctx context.Context) (string, error) {
 // command returns the command line and environment of a component.
 func (s *Stack) command(c string) (*exec.Cmd, string, error) {
 	d := s.opts.Dir
-	env := append(os.Environ(), "KUBECONFIG="+s.Env.Kubeconfig)
+	env := append(os.Environ(), "KUBECONFIG="+s.Env.Kubeconfig, "REFLECTOR_LISTEN_HOST=127.0.0.1")
 	switch c {
 	case Registry:
 		cfg := filepath.Join(d, "registry", "config.yml")
