@@ -19,6 +19,7 @@
 //	REFLECTOR_STORE_DIR   the Badger tag store directory, opened read-only (required)
 //	K_SINK                where LatestChanged events go (Knative SinkBinding); none without it
 //	REFLECTOR_METRICS_ADDR  where cmd/policy serves /metrics (default :9095; "off": none)
+//	REFLECTOR_LISTEN_HOST   the address cmd/policy serves $PORT on (default: every interface)
 package policy
 
 import (

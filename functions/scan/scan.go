@@ -13,6 +13,7 @@
 //	REFLECTOR_WEBHOOK_BURST         and in a burst (default 50)
 //	K_SINK                          where TagsChanged events go (Knative SinkBinding)
 //	REFLECTOR_METRICS_ADDR          where cmd/scan serves /metrics (default :9095; "off": none)
+//	REFLECTOR_LISTEN_HOST           the address cmd/scan serves $PORT on (default: every interface)
 package scan
 
 import (
