@@ -46,27 +46,31 @@ func (o *Objects[T, L]) UpdateStatus(ctx context.Context, namespace, name string
 		if err := mutate(next); err != nil {
 			return err
 		}
-		out, err = o.patchStatus(ctx, cur, next, guarded)
+		out, err = o.patchStatus(ctx, cur, status, next, guarded)
 		conflicted = apierrors.IsConflict(err)
 		return err
 	})
 	return out, err
 }
 
-// statusBackoff spaces the retries of a conflicting status write over about two seconds. A
-// push burst annotates an object several times a second, and each annotation makes a status
-// write in flight conflict; client-go's default gives up after four tries.
+// statusBackoff spaces the retries of a conflicting status write over about two seconds, for
+// writers that keep changing the status itself; client-go's default gives up after four tries.
 var statusBackoff = wait.Backoff{Steps: 12, Duration: 10 * time.Millisecond, Factor: 1.5, Jitter: 0.5, Cap: 500 * time.Millisecond}
 
 // PatchStatus writes the difference between old's and obj's status through the status
 // subresource, guarded by old's resourceVersion; the apiserver answers a conflict when old is
 // stale. When nothing differs it writes nothing and returns old.
 func (o *Objects[T, L]) PatchStatus(ctx context.Context, old, obj T) (T, error) {
-	return o.patchStatus(ctx, old, obj, true)
+	oldStatus, err := statusJSON(old)
+	if err != nil {
+		return old, err
+	}
+	return o.patchStatus(ctx, old, oldStatus, obj, true)
 }
 
-func (o *Objects[T, L]) patchStatus(ctx context.Context, old, obj T, guarded bool) (T, error) {
-	patch, err := statusPatch(old, obj, guarded)
+// patchStatus is PatchStatus with old's status already rendered by statusJSON.
+func (o *Objects[T, L]) patchStatus(ctx context.Context, old T, oldStatus []byte, obj T, guarded bool) (T, error) {
+	patch, err := statusPatch(oldStatus, old.GetResourceVersion(), obj, guarded)
 	if err != nil {
 		return old, err
 	}
@@ -76,13 +80,10 @@ func (o *Objects[T, L]) patchStatus(ctx context.Context, old, obj T, guarded boo
 	return o.Patch(ctx, old.GetNamespace(), old.GetName(), types.MergePatchType, patch, "status")
 }
 
-// statusPatch returns a merge patch that turns old's status into obj's, with old's
-// resourceVersion as a precondition when guarded, or nil when the statuses are equal.
-func statusPatch(old, obj any, guarded bool) ([]byte, error) {
-	oldStatus, err := statusJSON(old)
-	if err != nil {
-		return nil, err
-	}
+// statusPatch returns a merge patch that turns oldStatus (statusJSON of the object read at
+// resourceVersion rv) into obj's status, with rv as a precondition when guarded, or nil when the
+// statuses are equal.
+func statusPatch(oldStatus []byte, rv string, obj any, guarded bool) ([]byte, error) {
 	newStatus, err := statusJSON(obj)
 	if err != nil {
 		return nil, err
@@ -101,7 +102,6 @@ func statusPatch(old, obj any, guarded bool) ([]byte, error) {
 	if err := json.Unmarshal(diff, &p); err != nil {
 		return nil, err
 	}
-	rv := old.(interface{ GetResourceVersion() string }).GetResourceVersion()
 	p["metadata"] = map[string]any{"resourceVersion": rv}
 	return json.Marshal(p)
 }
