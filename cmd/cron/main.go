@@ -18,7 +18,6 @@ import (
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/function"
 	"github.com/imagereflector/reflector/internal/kube"
-	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/trace"
@@ -93,11 +92,6 @@ func run(once bool, every time.Duration, scanURL, policyURL, kubeconfig, storeDi
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		sum, err := pass.Run(pctx)
 		cancel()
-		metrics.RecordCronPass(metrics.CronPass{
-			Repositories: sum.Repositories, Policies: sum.Policies, Due: sum.Due,
-			Dispatched: sum.Dispatched, Failed: sum.Failed, StoreDeleted: sum.StoreDeleted,
-			Duration: sum.Duration,
-		}, err)
 		if err != nil {
 			if once {
 				return err

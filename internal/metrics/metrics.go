@@ -177,24 +177,16 @@ func RecordEventSent(ceType string, acknowledged bool) {
 	eventsSent.WithLabelValues(ceType, result).Inc()
 }
 
-// CronPass is what one cron pass counted.
-type CronPass struct {
-	Repositories, Policies, Due, Dispatched, Failed, StoreDeleted int
-	Duration                                                      time.Duration
-}
-
-// RecordCronPass records a pass; a failed pass (err set) counts only as failed.
-func RecordCronPass(p CronPass, err error) {
+// RecordCronPass records a pass by its counts (repositories, policies, due, dispatched, ...);
+// a failed pass (err set) counts only as failed.
+func RecordCronPass(counts map[string]int, took time.Duration, err error) {
 	if err != nil {
 		cronPasses.WithLabelValues("failed").Inc()
 		return
 	}
 	cronPasses.WithLabelValues("succeeded").Inc()
-	for name, v := range map[string]int{
-		"repositories": p.Repositories, "policies": p.Policies, "due": p.Due,
-		"dispatched": p.Dispatched, "failed": p.Failed, "store_deleted": p.StoreDeleted,
-	} {
+	for name, v := range counts {
 		cronObjects.WithLabelValues(name).Set(float64(v))
 	}
-	cronDuration.Observe(p.Duration.Seconds())
+	cronDuration.Observe(took.Seconds())
 }

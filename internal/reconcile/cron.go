@@ -14,6 +14,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/trace"
 )
 
@@ -60,6 +61,14 @@ type Summary struct {
 	Duration                time.Duration
 }
 
+// counts names each count of the summary, as the cron metrics label them.
+func (s Summary) counts() map[string]int {
+	return map[string]int{
+		"repositories": s.Repositories, "policies": s.Policies, "due": s.Due,
+		"dispatched": s.Dispatched, "failed": s.Failed, "store_deleted": s.StoreDeleted,
+	}
+}
+
 // LogValue renders the summary as one structured log line.
 func (s Summary) LogValue() slog.Value {
 	return slog.GroupValue(
@@ -76,10 +85,16 @@ type dispatch struct {
 	delay  time.Duration
 }
 
-// Run performs the pass. It returns an error only when it could not do its own job (the
+// Run performs the pass and records it in the cron metrics. It returns an error only when it could not do its own job (the
 // apiserver could not be listed); a function that refuses or is down is logged and counted,
 // and its objects stay due for the next pass.
 func (p *Pass) Run(ctx context.Context) (Summary, error) {
+	sum, err := p.run(ctx)
+	metrics.RecordCronPass(sum.counts(), sum.Duration, err)
+	return sum, err
+}
+
+func (p *Pass) run(ctx context.Context) (Summary, error) {
 	now := time.Now
 	if p.Now != nil {
 		now = p.Now
