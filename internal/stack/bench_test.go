@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -42,15 +41,8 @@ spec:
 // from the sending of a webhook to the scan function for a registry that notifies nobody else
 // (webhook_p50_ms, webhook_p99_ms). b.N counts pushes of each kind.
 func BenchmarkPushToLatest(b *testing.B) {
-	if _, err := exec.LookPath("docker-registry"); err != nil {
-		b.Skip("docker-registry is not installed: run `make deps`")
-	}
 	ctx := context.Background()
-	s, err := stack.Start(ctx, stack.Options{Dir: b.TempDir(), CronEvery: time.Minute, NotifyBackoff: 200 * time.Millisecond})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Stop()
+	s := start(b, stack.Options{CronEvery: time.Minute, NotifyBackoff: 200 * time.Millisecond})
 	image := s.Registry + "/bench/app"
 	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(manifests, image))); err != nil {
 		b.Fatal(err)

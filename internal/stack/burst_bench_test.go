@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,17 +52,10 @@ spec:
 // instead of most being refused with 429; its registry client keeps its default of 10 requests
 // a second per host, which bounds the iteration to about 100 s (one HEAD per pushed tag).
 func BenchmarkBurstRSS(b *testing.B) {
-	if _, err := exec.LookPath("docker-registry"); err != nil {
-		b.Skip("docker-registry is not installed: run `make deps`")
-	}
 	const repos, perRepo, senders = 10, 100, 32
 	ctx := context.Background()
-	s, err := stack.Start(ctx, stack.Options{Dir: b.TempDir(), CronEvery: time.Hour,
+	s := start(b, stack.Options{CronEvery: time.Hour,
 		Env: map[string][]string{stack.Scan: {"REFLECTOR_WEBHOOK_RATE=1000000", "REFLECTOR_WEBHOOK_BURST=1000"}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Stop()
 	reg := testenv.NewRegistry(b)
 	repo := func(r int) string { return fmt.Sprintf("burst/app-%d", r) }
 	for r := range repos {

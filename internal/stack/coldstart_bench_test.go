@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -49,15 +48,8 @@ spec:
 // repository's ImagePolicy from the tag store). ns/op is first_ms; the process is stopped with
 // SIGTERM outside the timer. The binary is in the page cache, as on a node that ran it before.
 func BenchmarkColdStart(b *testing.B) {
-	if _, err := exec.LookPath("docker-registry"); err != nil {
-		b.Skip("docker-registry is not installed: run `make deps`")
-	}
 	ctx := context.Background()
-	s, err := stack.Start(ctx, stack.Options{Dir: b.TempDir(), CronEvery: time.Hour})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Stop()
+	s := start(b, stack.Options{CronEvery: time.Hour})
 	reg := testenv.NewRegistry(b)
 	image := reg.Image("cold/app")
 	reg.Push(b, "cold/app", "1.0.0")

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -51,15 +50,8 @@ spec:
 // the policy function into the ImagePolicies' status, also across a stopped scan function and a
 // killed policy function.
 func TestEndToEndIntegration(t *testing.T) {
-	if _, err := exec.LookPath("docker-registry"); err != nil {
-		t.Skip("docker-registry is not installed: run `make deps`")
-	}
 	ctx := context.Background()
-	s, err := stack.Start(ctx, stack.Options{Dir: t.TempDir(), CronEvery: 2 * time.Second, NotifyBackoff: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Stop() })
+	s := start(t, stack.Options{CronEvery: 2 * time.Second, NotifyBackoff: 200 * time.Millisecond})
 	image := s.Registry + "/e2e/app"
 	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(manifests, image))); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -94,21 +93,14 @@ func (k *sink) events() []cloudevents.Event {
 // suspended objects move nothing, and the push's trace id is in the webhook's answer, in the
 // log lines of both functions and in the CloudEvent the policy function emits.
 func TestObservabilityIntegration(t *testing.T) {
-	if _, err := exec.LookPath("docker-registry"); err != nil {
-		t.Skip("docker-registry is not installed: run `make deps`")
-	}
 	ctx := context.Background()
 	k := &sink{}
 	sinkSrv := httptest.NewServer(events.Handler(k.handle))
 	t.Cleanup(sinkSrv.Close)
-	s, err := stack.Start(ctx, stack.Options{
-		Dir: t.TempDir(), CronEvery: 2 * time.Second,
-		Env: map[string][]string{stack.Policy: {"K_SINK=" + sinkSrv.URL}},
+	s := start(t, stack.Options{
+		CronEvery: 2 * time.Second,
+		Env:       map[string][]string{stack.Policy: {"K_SINK=" + sinkSrv.URL}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Stop() })
 
 	// A registry without notifications: the webhook below is the only news of the push.
 	reg := testenv.NewRegistry(t)
