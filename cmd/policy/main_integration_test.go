@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
-	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -29,13 +28,10 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 	env := testenv.Kube(t)
 	ctx := context.Background()
-	c, err := kube.New(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := env.Client(t)
 	ns := env.Namespace(t)
 	dir := t.TempDir()
-	_, err = c.Repositories.Create(ctx, &v1.ImageRepository{
+	_, err := c.Repositories.Create(ctx, &v1.ImageRepository{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"},
 		Spec:       v1.ImageRepositorySpec{Image: "ghcr.io/org/app", Interval: metav1.Duration{Duration: time.Hour}},
 	})

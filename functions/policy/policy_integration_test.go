@@ -40,10 +40,7 @@ type function struct {
 func newFunction(t *testing.T) *function {
 	t.Helper()
 	env := testenv.Kube(t)
-	c, err := kube.New(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := env.Client(t)
 	dir := t.TempDir()
 	h := policy.NewHandler(&policy.Deps{
 		Kube: c, Registry: registry.New(), Store: store.New(dir, store.ReadOnly()),

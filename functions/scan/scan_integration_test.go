@@ -48,10 +48,7 @@ type function struct {
 func newFunction(t *testing.T) *function {
 	t.Helper()
 	env := testenv.Kube(t)
-	c, err := kube.New(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := env.Client(t)
 	ns := env.Namespace(t)
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: receiver.SecretName},

@@ -20,12 +20,9 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 func newRepo(t *testing.T) (*kube.Client, string) {
 	t.Helper()
 	env := testenv.Kube(t)
-	c, err := kube.New(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := env.Client(t)
 	ns := env.Namespace(t)
-	_, err = c.Repositories.Create(context.Background(), &v1.ImageRepository{
+	_, err := c.Repositories.Create(context.Background(), &v1.ImageRepository{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"},
 		Spec:       v1.ImageRepositorySpec{Image: "ghcr.io/org/app", Interval: metav1.Duration{Duration: time.Minute}},
 	})

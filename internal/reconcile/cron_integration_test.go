@@ -104,10 +104,7 @@ func markScanned(t *testing.T, c *kube.Client, ns, name string, scanTime time.Ti
 
 func TestCronIntegrationDueRules(t *testing.T) {
 	env := testenv.Kube(t)
-	c, err := kube.New(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := env.Client(t)
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	now := time.Now()
@@ -167,10 +164,7 @@ func TestCronIntegrationDueRules(t *testing.T) {
 // nor loses the request: the object stays due and the next pass delivers it.
 func TestCronIntegrationFunctionDown(t *testing.T) {
 	env := testenv.Kube(t)
-	c, err := kube.New(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := env.Client(t)
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	if _, err := c.Repositories.Create(ctx, newRepo(ns, "app")); err != nil {
@@ -213,10 +207,7 @@ func TestCronIntegrationSpread(t *testing.T) {
 		t.Skip("creates 5,000 objects")
 	}
 	env := testenv.Kube(t)
-	c, err := kube.New(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := env.Client(t)
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	const n = 5000
@@ -282,10 +273,7 @@ func TestCronIntegrationSpread(t *testing.T) {
 // ImageRepositories and keeps the others.
 func TestCronIntegrationStoreCleanup(t *testing.T) {
 	env := testenv.Kube(t)
-	c, err := kube.New(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := env.Client(t)
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	if _, err := c.Repositories.Create(ctx, newRepo(ns, "kept")); err != nil {

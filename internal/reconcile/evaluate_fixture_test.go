@@ -42,10 +42,7 @@ type evalFixture struct {
 func newEvalFixture(t testing.TB) *evalFixture {
 	t.Helper()
 	env := testenv.Kube(t)
-	c, err := kube.New(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := env.Client(t)
 	dir := t.TempDir()
 	f := &evalFixture{
 		env: env, ns: env.Namespace(t), dir: dir, kube: c,

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
-	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
@@ -37,10 +36,7 @@ func BenchmarkRegistryRequestsPerPush(b *testing.B) {
 func benchRequestsPerPush(b *testing.B, n int) {
 	ctx := context.Background()
 	env := testenv.Kube(b)
-	c, err := kube.New(env.Config)
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := env.Client(b)
 	ns := env.Namespace(b)
 	reg := testenv.NewRegistry(b)
 	st := store.New(b.TempDir())

@@ -34,10 +34,7 @@ type scanFixture struct {
 func newScanFixture(t *testing.T) *scanFixture {
 	t.Helper()
 	env := testenv.Kube(t)
-	c, err := kube.New(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := env.Client(t)
 	f := &scanFixture{ns: env.Namespace(t), kube: c, reg: testenv.NewRegistry(t), store: store.New(t.TempDir())}
 	t.Cleanup(func() { f.store.Close() })
 	f.sink = newSink(t)

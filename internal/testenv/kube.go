@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -24,6 +25,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/imagereflector/reflector/internal/kube"
 )
 
 // Env is a running etcd and kube-apiserver pair with reflector's CRDs installed.
@@ -303,4 +306,14 @@ func FreePort() (int, error) {
 		return port, nil
 	}
 	return 0, errors.New("no free port found between 20000 and 32000")
+}
+
+// Client returns a client of reflector's for the environment's apiserver.
+func (e *Env) Client(t testing.TB) *kube.Client {
+	t.Helper()
+	c, err := kube.New(e.Config)
+	if err != nil {
+		t.Fatalf("kubernetes client: %v", err)
+	}
+	return c
 }

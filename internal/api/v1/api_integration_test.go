@@ -22,10 +22,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 func client(t *testing.T) (*testenv.Env, *kube.Client) {
 	t.Helper()
 	env := testenv.Kube(t)
-	c, err := kube.New(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := env.Client(t)
 	return env, c
 }
 
