@@ -38,7 +38,7 @@ func Handler(fn func(context.Context, cloudevents.Event) error) http.Handler {
 			http.Error(w, fmt.Sprintf("invalid CloudEvent: %v", err), http.StatusBadRequest)
 			return
 		}
-		if err := fn(trace.Continue(r.Context(), TraceParent(*e, r.Header)), *e); err != nil {
+		if err := fn(trace.Continue(r.Context(), traceParent(*e, r.Header)), *e); err != nil {
 			code := http.StatusInternalServerError
 			if errors.Is(err, ErrRejected) {
 				code = http.StatusBadRequest
@@ -50,9 +50,9 @@ func Handler(fn func(context.Context, cloudevents.Event) error) http.Handler {
 	})
 }
 
-// TraceParent returns the trace context an event carries: its distributed tracing extension, or
+// traceParent returns the trace context an event carries: its distributed tracing extension, or
 // else the traceparent header of the request that brought it.
-func TraceParent(e cloudevents.Event, h http.Header) string {
+func traceParent(e cloudevents.Event, h http.Header) string {
 	if v, ok := e.Extensions()[trace.Header].(string); ok && v != "" {
 		return v
 	}
