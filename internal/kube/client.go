@@ -95,13 +95,30 @@ func (o *Objects[T, L]) Get(ctx context.Context, namespace, name string) (T, err
 	return out, err
 }
 
-// List lists objects of one namespace, or of all namespaces when namespace is empty. Callers
-// page through large sets with opts.Limit and opts.Continue.
+// List lists objects of one namespace, or of all namespaces when namespace is empty. Pages
+// walks large sets page by page.
 func (o *Objects[T, L]) List(ctx context.Context, namespace string, opts metav1.ListOptions) (L, error) {
 	out := o.newList()
 	err := o.rest.Get().Namespace(namespace).Resource(o.resource).
 		VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
 	return out, err
+}
+
+// Pages lists like List, opts.Limit objects a call, following each page's continue token, and
+// calls each with every page in turn; it stops at the first error, its own or each's.
+func (o *Objects[T, L]) Pages(ctx context.Context, namespace string, opts metav1.ListOptions, each func(L) error) error {
+	for {
+		page, err := o.List(ctx, namespace, opts)
+		if err != nil {
+			return err
+		}
+		if err := each(page); err != nil {
+			return err
+		}
+		if opts.Continue = any(page).(metav1.ListInterface).GetContinue(); opts.Continue == "" {
+			return nil
+		}
+	}
 }
 
 // Create creates obj in its namespace.

@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/kube"
 )
@@ -90,12 +91,7 @@ const listTimeout = 30 * time.Second
 // list pages through the ImageRepositories of namespace and keeps what matching needs.
 func (c *catalog) list(ctx context.Context, namespace string) ([]repoEntry, error) {
 	var out []repoEntry
-	cont := ""
-	for {
-		page, err := c.kube.Repositories.List(ctx, namespace, metav1.ListOptions{Limit: c.pageSize, Continue: cont})
-		if err != nil {
-			return nil, fmt.Errorf("listing ImageRepositories: %w", err)
-		}
+	err := c.kube.Repositories.Pages(ctx, namespace, metav1.ListOptions{Limit: c.pageSize}, func(page *v1.ImageRepositoryList) error {
 		for i := range page.Items {
 			repo := &page.Items[i]
 			e := repoEntry{namespace: repo.Namespace, name: repo.Name, suspended: repo.Spec.Suspend, timeout: repo.GetTimeout()}
@@ -104,8 +100,10 @@ func (c *catalog) list(ctx context.Context, namespace string) ([]repoEntry, erro
 			}
 			out = append(out, e)
 		}
-		if cont = page.Continue; cont == "" {
-			return out, nil
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing ImageRepositories: %w", err)
 	}
+	return out, nil
 }

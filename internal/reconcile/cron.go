@@ -224,10 +224,10 @@ func (p *Pass) cleanStore(ctx context.Context, live map[string]string, log *slog
 	return n
 }
 
-func (p *Pass) listOptions(cont string) metav1.ListOptions {
+func (p *Pass) listOptions() metav1.ListOptions {
 	limit := p.PageSize
 	if limit <= 0 {
 		limit = 500
 	}
-	return metav1.ListOptions{Limit: limit, Continue: cont}
+	return metav1.ListOptions{Limit: limit}
 }

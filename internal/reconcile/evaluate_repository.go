@@ -50,21 +50,15 @@ func (e *Evaluator) policies(ctx context.Context, fieldSelector string, keep fun
 		limit = 500
 	}
 	var out []*v1.ImagePolicy
-	cont := ""
-	for {
-		list, err := e.Kube.Policies.List(ctx, "", metav1.ListOptions{Limit: limit, Continue: cont, FieldSelector: fieldSelector})
-		if err != nil {
-			return nil, err
-		}
-		for i := range list.Items {
-			if p := &list.Items[i]; keep(p) {
+	err := e.Kube.Policies.Pages(ctx, "", metav1.ListOptions{Limit: limit, FieldSelector: fieldSelector}, func(l *v1.ImagePolicyList) error {
+		for i := range l.Items {
+			if p := &l.Items[i]; keep(p) {
 				out = append(out, p)
 			}
 		}
-		if cont = list.Continue; cont == "" {
-			return out, nil
-		}
-	}
+		return nil
+	})
+	return out, err
 }
 
 // evaluateAll evaluates pols, as listed, with bounded concurrency and one shared view of the

@@ -14,34 +14,20 @@ func StoreKey(namespace, name string) string {
 
 // listRepositories pages through every ImageRepository of the cluster.
 func (p *Pass) listRepositories(ctx context.Context, each func(*v1.ImageRepository)) error {
-	cont := ""
-	for {
-		list, err := p.Kube.Repositories.List(ctx, "", p.listOptions(cont))
-		if err != nil {
-			return err
+	return p.Kube.Repositories.Pages(ctx, "", p.listOptions(), func(l *v1.ImageRepositoryList) error {
+		for i := range l.Items {
+			each(&l.Items[i])
 		}
-		for i := range list.Items {
-			each(&list.Items[i])
-		}
-		if cont = list.Continue; cont == "" {
-			return nil
-		}
-	}
+		return nil
+	})
 }
 
 // listPolicies pages through every ImagePolicy of the cluster.
 func (p *Pass) listPolicies(ctx context.Context, each func(*v1.ImagePolicy)) error {
-	cont := ""
-	for {
-		list, err := p.Kube.Policies.List(ctx, "", p.listOptions(cont))
-		if err != nil {
-			return err
+	return p.Kube.Policies.Pages(ctx, "", p.listOptions(), func(l *v1.ImagePolicyList) error {
+		for i := range l.Items {
+			each(&l.Items[i])
 		}
-		for i := range list.Items {
-			each(&list.Items[i])
-		}
-		if cont = list.Continue; cont == "" {
-			return nil
-		}
-	}
+		return nil
+	})
 }
