@@ -35,5 +35,5 @@ func run(drain time.Duration, log *slog.Logger) error {
 	}
 	deps.Log = log
 	h := policy.NewHandler(deps)
-	return function.Serve(h, drain, func(context.Context) error { return h.Close() }, log)
+	return function.Serve([]function.Listener{{Name: "policy", Addr: function.PortAddr(function.Port()), Handler: h}}, drain, func(context.Context) error { return h.Close() }, log)
 }

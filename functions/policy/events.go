@@ -70,8 +70,8 @@ func decodeObject(e cloudevents.Event, v any, namespace, name *string) error {
 	if err := events.Decode(e, v); err != nil {
 		return err
 	}
-	if *namespace == "" || *name == "" {
-		return fmt.Errorf("%w: %s %s: data names no namespace and name", events.ErrRejected, e.Type(), e.ID())
+	if err := events.CheckObject(*namespace, *name); err != nil {
+		return fmt.Errorf("%s %s: %w", e.Type(), e.ID(), err)
 	}
 	return nil
 }

@@ -2,7 +2,10 @@
 // tag store and writes their status. It holds only the wiring; the work is
 // internal/reconcile's Evaluator.
 //
-// It registers one HTTP function, "policy", with functions-framework-go, which answers:
+// It is cluster-local: the broker delivers to it and nothing outside the cluster reaches it. With
+// REFLECTOR_OIDC_AUDIENCE set, every request but /healthz must carry a ServiceAccount token for
+// that audience. It registers one HTTP function, "policy", with functions-framework-go, which
+// answers:
 //
 //	GET  /healthz                                   200
 //	POST /evaluate?namespace=N&name=P               evaluate ImagePolicy N/P; JSON outcome
@@ -20,6 +23,8 @@
 //	K_SINK                where LatestChanged events go (Knative SinkBinding); none without it
 //	REFLECTOR_METRICS_ADDR  where cmd/policy serves /metrics (default :9095; "off": none)
 //	REFLECTOR_LISTEN_HOST   the address cmd/policy serves $PORT on (default: every interface)
+//	REFLECTOR_OIDC_AUDIENCE   require senders to present a ServiceAccount token for this audience
+//	REFLECTOR_OIDC_NAMESPACES and a ServiceAccount of one of these namespaces (comma-separated)
 package policy
 
 import (
@@ -35,6 +40,7 @@ import (
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
+	"github.com/imagereflector/reflector/internal/tokenreview"
 	"github.com/imagereflector/reflector/internal/trace"
 )
 
@@ -54,6 +60,8 @@ type Deps struct {
 	Recorder *kube.Recorder
 	// Log receives one line per request and per evaluation; nil means slog.Default().
 	Log *slog.Logger
+	// Senders verifies the token of each request but /healthz; nil accepts every request.
+	Senders *tokenreview.Verifier
 }
 
 // FromEnv builds Deps from the environment described in the package comment.
@@ -68,6 +76,7 @@ func FromEnv() (*Deps, error) {
 		Store:    store.New(env.StoreDir, store.ReadOnly()),
 		Sink:     env.Sink,
 		Recorder: kube.NewRecorder(env.Kube.Core, "reflector-policy"),
+		Senders:  env.Senders,
 	}, nil
 }
 
@@ -93,10 +102,12 @@ func NewHandler(d *Deps) *Handler {
 		ev.Sink = d.Sink
 	}
 	h := &Handler{deps: d, ev: ev, log: log, mux: http.NewServeMux()}
+	work := http.NewServeMux()
+	work.HandleFunc("POST /evaluate", h.evaluate)
+	work.HandleFunc("POST /evaluate-repository", h.evaluateRepository)
+	work.Handle("/", events.Handler(h.handleEvent))
 	h.mux.HandleFunc("/healthz", function.Healthz)
-	h.mux.HandleFunc("POST /evaluate", h.evaluate)
-	h.mux.HandleFunc("POST /evaluate-repository", h.evaluateRepository)
-	h.mux.Handle("/", events.Handler(h.handleEvent))
+	h.mux.Handle("/", d.Senders.Require(work))
 	return h
 }
 
@@ -138,8 +149,8 @@ func (h *Handler) evaluateRepository(w http.ResponseWriter, req *http.Request) {
 func objectParams(w http.ResponseWriter, req *http.Request) (ns, name string, ok bool) {
 	q := req.URL.Query()
 	ns, name = q.Get("namespace"), q.Get("name")
-	if ns == "" || name == "" {
-		http.Error(w, "namespace and name query parameters are required", http.StatusBadRequest)
+	if err := events.CheckObject(ns, name); err != nil {
+		http.Error(w, "the namespace and name query parameters: "+err.Error(), http.StatusBadRequest)
 		return "", "", false
 	}
 	return ns, name, true

@@ -2,8 +2,12 @@
 // arrive here, are matched to ImageRepositories, annotated and scanned. It holds only the
 // wiring; the work is internal/receiver's and internal/reconcile's.
 //
-// It registers one HTTP function, "scan", with functions-framework-go. Its dependencies come
-// from the environment on first use:
+// It has two surfaces, never served on one listener: Webhooks, the public one that registries
+// reach (/hook/... and /healthz, nothing else), and CloudEvents, the cluster-local one that the
+// broker delivers to (scan requests, ApiServerSource events, registry CloudEvents), which checks
+// the sender's token when REFLECTOR_OIDC_AUDIENCE is set. It registers them with
+// functions-framework-go as the functions "webhook" and "scan". Its dependencies come from the
+// environment on first use:
 //
 //	KUBECONFIG                      kubeconfig file; in-cluster configuration without it
 //	REFLECTOR_STORE_DIR             the Badger tag store directory (required)
@@ -14,6 +18,12 @@
 //	K_SINK                          where TagsChanged events go (Knative SinkBinding)
 //	REFLECTOR_METRICS_ADDR          where cmd/scan serves /metrics (default :9095; "off": none)
 //	REFLECTOR_LISTEN_HOST           the address cmd/scan serves $PORT on (default: every interface)
+//	REFLECTOR_SURFACE               what cmd/scan serves on $PORT: webhooks (default) or cloudevents
+//	REFLECTOR_CLOUDEVENTS_PORT      a second port on which cmd/scan serves the CloudEvents surface,
+//	                                for a single process serving both (make run); never expose it
+//	REFLECTOR_OIDC_AUDIENCE         require CloudEvents senders to present a ServiceAccount token
+//	                                for this audience (Knative Eventing's authentication-oidc)
+//	REFLECTOR_OIDC_NAMESPACES       and a ServiceAccount of one of these namespaces (comma-separated)
 package scan
 
 import (
@@ -36,10 +46,24 @@ import (
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
+	"github.com/imagereflector/reflector/internal/tokenreview"
 )
 
 func init() {
-	functions.HTTP("scan", function.Lazy("scan", build))
+	functions.HTTP("webhook", function.Lazy("webhook", func() (http.Handler, error) {
+		h, err := build()
+		if err != nil {
+			return nil, err
+		}
+		return h.Webhooks(), nil
+	}))
+	functions.HTTP("scan", function.Lazy("scan", func() (http.Handler, error) {
+		h, err := build()
+		if err != nil {
+			return nil, err
+		}
+		return h.CloudEvents(), nil
+	}))
 }
 
 // Deps are what the scan function works with.
@@ -55,6 +79,8 @@ type Deps struct {
 	Log *slog.Logger
 	// Receiver holds further options of the receiver, such as its cluster secret and rate.
 	Receiver []receiver.Option
+	// Senders verifies the token of each CloudEvents request; nil accepts every request.
+	Senders *tokenreview.Verifier
 }
 
 // FromEnv builds Deps from the environment described in the package comment.
@@ -92,18 +118,14 @@ func FromEnv() (*Deps, error) {
 		Sink:     env.Sink,
 		Recorder: kube.NewRecorder(env.Kube.Core, "reflector-scan"),
 		Receiver: opts,
+		Senders:  env.Senders,
 	}, nil
 }
 
-// Handler is the scan function's HTTP handler:
-//
-//	GET  /healthz   200
-//	POST /hook/...  registry webhooks (receiver.Receiver.ServeHTTP)
-//	POST /          CloudEvents in binary or structured mode (receiver.Receiver.HandleCloudEvent)
+// Handler holds the scan function's two surfaces over one receiver.
 type Handler struct {
 	deps     *Deps
 	receiver *receiver.Receiver
-	events   http.Handler
 }
 
 // NewHandler returns the function's handler over d.
@@ -120,20 +142,36 @@ func NewHandler(d *Deps) *Handler {
 		scanner.Sink = d.Sink
 	}
 	opts := append([]receiver.Option{receiver.WithLogger(log)}, d.Receiver...)
-	r := receiver.New(d.Kube, scanner, opts...)
-	return &Handler{deps: d, receiver: r, events: r.CloudEvents()}
+	return &Handler{deps: d, receiver: receiver.New(d.Kube, scanner, opts...)}
 }
 
-// ServeHTTP routes a request.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	switch {
-	case req.URL.Path == "/healthz":
-		function.Healthz(w, req)
-	case strings.HasPrefix(req.URL.Path, "/hook/"):
-		h.receiver.ServeHTTP(w, req)
-	default:
-		h.events.ServeHTTP(w, req)
-	}
+// Webhooks returns the public surface, the one registries reach:
+//
+//	GET  /healthz   200
+//	POST /hook/...  registry webhooks (receiver.Receiver.ServeHTTP)
+//
+// Every other path is 404.
+func (h *Handler) Webhooks() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", function.Healthz)
+	mux.Handle("/hook/", h.receiver)
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "not found", http.StatusNotFound)
+	})
+	return mux
+}
+
+// CloudEvents returns the cluster-local surface, the one the broker delivers to:
+//
+//	GET  /healthz   200
+//	POST /          CloudEvents in binary or structured mode (receiver.Receiver.HandleCloudEvent)
+//
+// With Deps.Senders set, a request without a valid token for its audience gets 401.
+func (h *Handler) CloudEvents() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", function.Healthz)
+	mux.Handle("/", h.deps.Senders.Require(h.receiver.CloudEvents()))
+	return mux
 }
 
 // Shutdown waits for the background scans until ctx ends (then cancels them), and closes the
@@ -144,8 +182,8 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	return errors.Join(err, h.deps.Store.Close())
 }
 
-// build makes the handler that functions-framework-go serves, from the environment.
-func build() (http.Handler, error) {
+// build makes the handler whose surfaces functions-framework-go serves, from the environment.
+func build() (*Handler, error) {
 	d, err := FromEnv()
 	if err != nil {
 		return nil, err

@@ -37,12 +37,13 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 const token = "e2e-t0ken"
 
-// function serves the scan function over real HTTP against the shared apiserver, in a
-// namespace of its own whose receiver has token.
+// function serves the scan function's two surfaces over real HTTP against the shared
+// apiserver, in a namespace of its own whose receiver has token.
 type function struct {
-	kube *kube.Client
-	ns   string
-	srv  *httptest.Server
+	kube   *kube.Client
+	ns     string
+	hooks  *httptest.Server
+	events *httptest.Server
 }
 
 func newFunction(t *testing.T) *function {
@@ -63,16 +64,18 @@ func newFunction(t *testing.T) *function {
 		Store:    store.New(t.TempDir()),
 		Log:      slog.New(slog.NewJSONHandler(io.Discard, nil)),
 	})
-	srv := httptest.NewServer(h)
+	hooks := httptest.NewServer(h.Webhooks())
+	evs := httptest.NewServer(h.CloudEvents())
 	t.Cleanup(func() {
-		srv.Close()
+		hooks.Close()
+		evs.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := h.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return &function{kube: c, ns: ns, srv: srv}
+	return &function{kube: c, ns: ns, hooks: hooks, events: evs}
 }
 
 func (f *function) createRepo(t *testing.T, name, image string) {
@@ -105,37 +108,46 @@ func (f *function) waitTag(t *testing.T, name, tag string, within time.Duration)
 	}
 }
 
-// TestScanFunctionIntegrationRoutes: /healthz, webhooks under /hook/ and CloudEvents at /
-// reach their handlers.
+// TestScanFunctionIntegrationRoutes: each surface serves /healthz; webhooks under /hook/ reach
+// the public surface only, and CloudEvents the cluster-local one only.
 func TestScanFunctionIntegrationRoutes(t *testing.T) {
 	f := newFunction(t)
 	reg := testenv.NewRegistry(t)
 	reg.Push(t, "routes/app", "1.0.0")
 	f.createRepo(t, "app", reg.Image("routes/app"))
 
-	resp, err := http.Get(f.srv.URL + "/healthz")
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("healthz: %v %v", resp, err)
+	for _, url := range []string{f.hooks.URL, f.events.URL} {
+		if code := status(t, http.MethodGet, url+"/healthz", nil); code != http.StatusOK {
+			t.Fatalf("GET %s/healthz: %d", url, code)
+		}
 	}
-	resp.Body.Close()
-	resp, err = http.Get(f.srv.URL + "/hook/generic/" + f.ns)
-	if err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Fatalf("GET /hook: %v %v", resp, err)
+	if code := status(t, http.MethodGet, f.hooks.URL+"/hook/generic/"+f.ns, nil); code != http.StatusMethodNotAllowed {
+		t.Fatalf("GET /hook on the webhook surface: %d", code)
 	}
-	resp.Body.Close()
+	if code := status(t, http.MethodPost, f.events.URL+"/hook/generic/"+f.ns, nil); code != http.StatusBadRequest {
+		t.Fatalf("POST /hook on the CloudEvents surface: %d, want 400 (not a CloudEvent)", code)
+	}
 
-	req, _ := http.NewRequest(http.MethodPost, f.srv.URL+"/",
-		strings.NewReader(fmt.Sprintf(`{"namespace":%q,"name":"app"}`, f.ns)))
-	req.Header.Set("Ce-Specversion", "1.0")
-	req.Header.Set("Ce-Type", events.TypeScanRequested)
-	req.Header.Set("Ce-Source", events.SourceCron)
-	req.Header.Set("Ce-Id", "1")
-	req.Header.Set("Content-Type", "application/json")
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil || resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("scan request: %v %v", resp, err)
+	scanRequest := func() *http.Request {
+		req, _ := http.NewRequest(http.MethodPost, "/",
+			strings.NewReader(fmt.Sprintf(`{"namespace":%q,"name":"app"}`, f.ns)))
+		req.Header.Set("Ce-Specversion", "1.0")
+		req.Header.Set("Ce-Type", events.TypeScanRequested)
+		req.Header.Set("Ce-Source", events.SourceCron)
+		req.Header.Set("Ce-Id", "1")
+		req.Header.Set("Content-Type", "application/json")
+		return req
 	}
-	resp.Body.Close()
+	if code := status(t, http.MethodPost, f.hooks.URL+"/", scanRequest()); code != http.StatusNotFound {
+		t.Fatalf("a scan request on the webhook surface: %d, want 404", code)
+	}
+	r, err := f.kube.Repositories.Get(context.Background(), f.ns, "app")
+	if err != nil || r.Status.LastScanResult != nil {
+		t.Fatalf("the webhook surface scanned: %+v %v", r.Status, err)
+	}
+	if code := status(t, http.MethodPost, f.events.URL+"/", scanRequest()); code != http.StatusAccepted {
+		t.Fatalf("a scan request on the CloudEvents surface: %d", code)
+	}
 	f.waitTag(t, "app", "1.0.0", time.Second)
 }
 
@@ -155,7 +167,7 @@ func TestScanFunctionIntegrationDistributionEndToEnd(t *testing.T) {
 	host := fmt.Sprintf("127.0.0.1:%d", port)
 	dir := t.TempDir()
 	config := stack.RegistryConfig(filepath.Join(dir, "data"), host,
-		fmt.Sprintf("%s/hook/distribution/%s", f.srv.URL, f.ns), token, 100*time.Millisecond)
+		fmt.Sprintf("%s/hook/distribution/%s", f.hooks.URL, f.ns), token, 100*time.Millisecond)
 	cfgPath := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
@@ -206,4 +218,25 @@ func waitServing(t *testing.T, url string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// status sends req (a new one of method and url when nil; else req with url as its URL) and
+// returns the answer's status code.
+func status(t *testing.T, method, url string, req *http.Request) int {
+	t.Helper()
+	if req == nil {
+		req, _ = http.NewRequest(method, url, nil)
+	} else {
+		u, err := req.URL.Parse(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.URL, req.Host = u, u.Host
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

@@ -41,7 +41,7 @@ func run(dir string, once bool) error {
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	s, err := stack.Start(startCtx, stack.Options{
 		Dir: dir,
-		Ports: stack.Ports{APIServer: 26443, Etcd: 22379, Registry: 25000, Scan: 28080, Policy: 28081,
+		Ports: stack.Ports{APIServer: 26443, Etcd: 22379, Registry: 25000, Scan: 28080, ScanEvents: 28082, Policy: 28081,
 			ScanMetrics: 29095, PolicyMetrics: 29096, CronMetrics: 29097},
 	})
 	cancel()

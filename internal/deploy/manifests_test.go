@@ -288,11 +288,13 @@ func TestManifestsDryRunIntegration(t *testing.T) {
 		"ClusterRole /reflector-scan",
 		"ClusterRoleBinding /reflector-scan",
 		"PersistentVolumeClaim reflector-system/reflector-store",
+		"Service reflector-system/reflector-webhook",
 		"Service reflector-system/reflector-scan",
 		"Service reflector-system/reflector-policy",
 		"CronJob reflector-system/reflector-cron",
 		"Broker reflector-system/default",
 		"ApiServerSource reflector-system/reflector-objects",
+		"SinkBinding reflector-system/reflector-webhook",
 		"SinkBinding reflector-system/reflector-scan",
 		"SinkBinding reflector-system/reflector-policy",
 		"SinkBinding reflector-system/reflector-cron",
@@ -372,13 +374,13 @@ func TestClusterWebhookComponentIntegration(t *testing.T) {
 	a := newApplier(env)
 	found := false
 	for _, obj := range build(t, placeholderImages()+"components:\n  - {{knative}}/cluster-webhook\n") {
-		if obj.GetKind() != "Service" || obj.GetName() != "reflector-scan" {
+		if obj.GetKind() != "Service" || obj.GetName() != "reflector-webhook" {
 			continue
 		}
 		found = true
 		applied, err := a.apply(context.Background(), obj, true)
 		if err != nil {
-			t.Fatalf("reflector-scan with the cluster-webhook component rejected: %v", err)
+			t.Fatalf("reflector-webhook with the cluster-webhook component rejected: %v", err)
 		}
 		containers, _, _ := unstructured.NestedSlice(applied.Object, "spec", "template", "spec", "containers")
 		c, _ := containers[0].(map[string]any)
@@ -415,6 +417,116 @@ func TestClusterWebhookComponentIntegration(t *testing.T) {
 		}
 	}
 	if !found {
-		t.Fatal("no reflector-scan Service in the build")
+		t.Fatal("no reflector-webhook Service in the build")
+	}
+}
+
+// containerEnv returns the environment of a Knative Service's first container.
+func containerEnv(svc *unstructured.Unstructured) map[string]string {
+	containers, _, _ := unstructured.NestedSlice(svc.Object, "spec", "template", "spec", "containers")
+	out := map[string]string{}
+	if len(containers) == 0 {
+		return out
+	}
+	c, _ := containers[0].(map[string]any)
+	envs, _ := c["env"].([]any)
+	for _, e := range envs {
+		if m, _ := e.(map[string]any); m != nil {
+			name, _ := m["name"].(string)
+			value, _ := m["value"].(string)
+			out[name] = value
+		}
+	}
+	return out
+}
+
+// TestPublicSurfaceIntegration checks what the internet can reach once knative/ is applied:
+// only reflector-webhook, which serves the webhook surface; the Services the broker delivers to
+// are cluster-local, and no Trigger delivers to the public one.
+func TestPublicSurfaceIntegration(t *testing.T) {
+	env := testenv.Kube(t)
+	installKnativeCRDs(t, env)
+	ensureNamespace(t, env)
+	a := newApplier(env)
+	want := map[string]struct{ visibility, surface string }{
+		"reflector-webhook": {"", "webhooks"},
+		"reflector-scan":    {"cluster-local", "cloudevents"},
+		"reflector-policy":  {"cluster-local", ""},
+	}
+	seen := map[string]bool{}
+	for _, obj := range build(t, placeholderImages()) {
+		switch obj.GetKind() {
+		case "Service":
+			w, ok := want[obj.GetName()]
+			if !ok || obj.GetAPIVersion() != "serving.knative.dev/v1" {
+				continue
+			}
+			seen[obj.GetName()] = true
+			applied, err := a.apply(context.Background(), obj, true)
+			if err != nil {
+				t.Fatalf("%s rejected: %v", obj.GetName(), err)
+			}
+			if got := applied.GetLabels()["networking.knative.dev/visibility"]; got != w.visibility {
+				t.Errorf("%s: visibility %q, want %q", obj.GetName(), got, w.visibility)
+			}
+			if got := containerEnv(applied)["REFLECTOR_SURFACE"]; got != w.surface {
+				t.Errorf("%s: REFLECTOR_SURFACE %q, want %q", obj.GetName(), got, w.surface)
+			}
+		case "Trigger":
+			if sub, _, _ := unstructured.NestedString(obj.Object, "spec", "subscriber", "ref", "name"); sub == "reflector-webhook" {
+				t.Errorf("Trigger %s delivers to the public reflector-webhook", obj.GetName())
+			}
+		}
+	}
+	for name := range want {
+		if !seen[name] {
+			t.Errorf("no Knative Service %s in the build", name)
+		}
+	}
+}
+
+// TestOIDCComponentIntegration applies knative/ with the oidc component: each cluster-local
+// function requires the audience that the Triggers delivering to it request tokens for.
+func TestOIDCComponentIntegration(t *testing.T) {
+	env := testenv.Kube(t)
+	installKnativeCRDs(t, env)
+	ensureNamespace(t, env)
+	a := newApplier(env)
+	audiences := map[string]map[string]bool{} // subscriber -> audiences its Triggers ask for
+	required := map[string]string{}
+	for _, obj := range build(t, placeholderImages()+"components:\n  - {{knative}}/oidc\n") {
+		applied, err := a.apply(context.Background(), obj, true)
+		if err != nil {
+			t.Fatalf("%s rejected: %v", key(obj), err)
+		}
+		switch obj.GetKind() {
+		case "Trigger":
+			sub, _, _ := unstructured.NestedString(applied.Object, "spec", "subscriber", "ref", "name")
+			aud, _, _ := unstructured.NestedString(applied.Object, "spec", "subscriber", "audience")
+			if audiences[sub] == nil {
+				audiences[sub] = map[string]bool{}
+			}
+			audiences[sub][aud] = true
+		case "Service":
+			if obj.GetAPIVersion() != "serving.knative.dev/v1" {
+				continue
+			}
+			e := containerEnv(applied)
+			required[obj.GetName()] = e["REFLECTOR_OIDC_AUDIENCE"]
+			if aud := e["REFLECTOR_OIDC_AUDIENCE"]; aud != "" && e["REFLECTOR_OIDC_NAMESPACES"] != namespace {
+				t.Errorf("%s: REFLECTOR_OIDC_NAMESPACES %q, want %q", obj.GetName(), e["REFLECTOR_OIDC_NAMESPACES"], namespace)
+			}
+		}
+	}
+	for _, svc := range []string{"reflector-scan", "reflector-policy"} {
+		if required[svc] == "" {
+			t.Errorf("%s requires no OIDC audience with the oidc component", svc)
+		}
+		if len(audiences[svc]) != 1 || !audiences[svc][required[svc]] {
+			t.Errorf("Triggers to %s ask for audiences %v, the function requires %q", svc, audiences[svc], required[svc])
+		}
+	}
+	if required["reflector-webhook"] != "" {
+		t.Error("the public reflector-webhook must not require OIDC: registries cannot present it")
 	}
 }

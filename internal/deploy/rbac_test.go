@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -158,6 +159,16 @@ func TestRBACIntegration(t *testing.T) {
 		}, metav1.CreateOptions{})
 		return err
 	}
+	listWebhookSecrets := func(id identity) error {
+		_, err := id.dynamic.Resource(secrets).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=reflector-webhook"})
+		return err
+	}
+	review := func(id identity) error {
+		_, err := id.clientset.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
+			Spec: authnv1.TokenReviewSpec{Token: "not-a-token", Audiences: []string{"reflector-scan"}},
+		}, metav1.CreateOptions{})
+		return err
+	}
 	deleteCRD := func(id identity) error {
 		return id.dynamic.Resource(crdGVR).Delete(ctx, "imagerepositories.image.toolkit.fluxcd.io", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 	}
@@ -197,6 +208,8 @@ func TestRBACIntegration(t *testing.T) {
 			{"patch ImageRepository status", true, func(id identity) error { return merge(id, repositories, fx.repo, repoStatus, "status") }},
 			{"get the repository's credentials Secret", true, func(id identity) error { return get(id, secrets, "registry-credentials") }},
 			{"get the namespace's webhook Secret", true, func(id identity) error { return get(id, secrets, "reflector-webhook") }},
+			{"list the webhook Secrets of every namespace by name", true, listWebhookSecrets},
+			{"review a token", true, review},
 			{"get the repository's ServiceAccount", true, func(id identity) error {
 				_, err := id.clientset.CoreV1().ServiceAccounts(fx.ns).Get(ctx, "puller", metav1.GetOptions{})
 				return err
@@ -217,6 +230,8 @@ func TestRBACIntegration(t *testing.T) {
 			}},
 			{"get the repository's credentials Secret", true, func(id identity) error { return get(id, secrets, "registry-credentials") }},
 			{"create an Event", true, event},
+			{"review a token", true, review},
+			{"list the webhook Secrets", false, listWebhookSecrets},
 			{"annotate an ImageRepository", false, func(id identity) error { return merge(id, repositories, fx.repo, annotate) }},
 			{"patch ImageRepository status", false, func(id identity) error { return merge(id, repositories, fx.repo, repoStatus, "status") }},
 			{"patch an ImagePolicy's spec", false, func(id identity) error {
@@ -227,6 +242,8 @@ func TestRBACIntegration(t *testing.T) {
 			{"list ImageRepositories", true, func(id identity) error { return list(id, repositories) }},
 			{"list ImagePolicies", true, func(id identity) error { return list(id, policies) }},
 			{"get a Secret", false, func(id identity) error { return get(id, secrets, "registry-credentials") }},
+			{"list the webhook Secrets", false, listWebhookSecrets},
+			{"review a token", false, review},
 			{"annotate an ImageRepository", false, func(id identity) error { return merge(id, repositories, fx.repo, annotate) }},
 			{"patch ImagePolicy status", false, func(id identity) error { return merge(id, policies, fx.policy, policyStatus, "status") }},
 			{"create an Event", false, event},

@@ -5,14 +5,17 @@
 package events
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/metrics"
@@ -70,9 +73,17 @@ type Sender struct {
 	source string
 }
 
+// SinkTokenFile is where Knative Eventing's SinkBinding mounts the OIDC token for the sink's
+// audience when authentication-oidc is on; $K_SINK_TOKEN_FILE overrides it.
+const SinkTokenFile = "/oidc/token"
+
 // NewSender returns a Sender that delivers to target as source. An empty target gives a nil
 // Sender, whose Send does nothing: a process without a sink still works, and the cron reconciler
 // catches up with what it would have announced.
+//
+// When the sink token file exists (SinkTokenFile, or $K_SINK_TOKEN_FILE), every delivery
+// carries its content as a bearer token: the broker then knows who sent the event. The file is
+// read for each delivery, because Knative renews it in place.
 func NewSender(target, source string, httpClient *http.Client) (*Sender, error) {
 	if target == "" {
 		return nil, nil
@@ -80,6 +91,17 @@ func NewSender(target, source string, httpClient *http.Client) (*Sender, error) 
 	if httpClient == nil {
 		httpClient = &http.Client{Timeout: 10 * time.Second}
 	}
+	tokenFile := os.Getenv("K_SINK_TOKEN_FILE")
+	if tokenFile == "" {
+		tokenFile = SinkTokenFile
+	}
+	withToken := *httpClient
+	base := withToken.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	withToken.Transport = &bearerFile{base: base, path: tokenFile}
+	httpClient = &withToken
 	p, err := cloudevents.NewHTTP(cloudevents.WithTarget(target), cehttp.WithClient(*httpClient))
 	if err != nil {
 		return nil, err
@@ -89,6 +111,22 @@ func NewSender(target, source string, httpClient *http.Client) (*Sender, error) 
 		return nil, err
 	}
 	return &Sender{client: c, target: target, source: source}, nil
+}
+
+// bearerFile adds the token in path, when the file exists, to each request as a bearer token.
+type bearerFile struct {
+	base http.RoundTripper
+	path string
+}
+
+func (b *bearerFile) RoundTrip(req *http.Request) (*http.Response, error) {
+	token, err := os.ReadFile(b.path)
+	if err != nil || len(bytes.TrimSpace(token)) == 0 {
+		return b.base.RoundTrip(req)
+	}
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Bearer "+string(bytes.TrimSpace(token)))
+	return b.base.RoundTrip(req)
 }
 
 // Target returns where the Sender delivers, "" for a nil Sender.
@@ -127,6 +165,22 @@ func (s *Sender) Send(ctx context.Context, ceType, subject string, data any) err
 	metrics.RecordEventSent(ceType, acked)
 	if !acked {
 		return fmt.Errorf("%w by %s: %s %s: %v", ErrNotAcknowledged, s.target, ceType, subject, res)
+	}
+	return nil
+}
+
+// CheckObject refuses a namespace that is not a DNS label or a name that is not a DNS
+// subdomain, the names Kubernetes allows for the objects reflector handles, so that an event can
+// name nothing else and nothing longer. The error wraps ErrRejected.
+func CheckObject(namespace, name string) error {
+	if namespace == "" || name == "" {
+		return fmt.Errorf("%w: namespace and name are required", ErrRejected)
+	}
+	if msgs := validation.IsDNS1123Label(namespace); len(msgs) > 0 {
+		return fmt.Errorf("%w: namespace %q: %s", ErrRejected, Brief(namespace), msgs[0])
+	}
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return fmt.Errorf("%w: name %q: %s", ErrRejected, Brief(name), msgs[0])
 	}
 	return nil
 }

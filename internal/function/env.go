@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/tokenreview"
 )
 
 // Env is the part of a function's configuration that both functions read from the environment.
@@ -17,6 +19,11 @@ type Env struct {
 	Kube *kube.Client
 	// Sink delivers to $K_SINK as source; nil when K_SINK is unset.
 	Sink *events.Sender
+	// Senders proves who sent a CloudEvent: set when $REFLECTOR_OIDC_AUDIENCE is, and then
+	// only requests with a ServiceAccount token for that audience (of a namespace in
+	// $REFLECTOR_OIDC_NAMESPACES, comma-separated, when set) reach the function's cluster-local
+	// surface. nil accepts every request.
+	Senders *tokenreview.Verifier
 }
 
 // FromEnv reads the environment that every function needs: the store directory (required), the
@@ -38,5 +45,12 @@ func FromEnv(source string) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("K_SINK: %w", err)
 	}
-	return &Env{StoreDir: dir, Kube: c, Sink: sink}, nil
+	env := &Env{StoreDir: dir, Kube: c, Sink: sink}
+	if aud := strings.TrimSpace(os.Getenv("REFLECTOR_OIDC_AUDIENCE")); aud != "" {
+		env.Senders = tokenreview.New(c.Core, aud,
+			tokenreview.WithNamespaces(strings.Split(os.Getenv("REFLECTOR_OIDC_NAMESPACES"), ",")...))
+	} else if os.Getenv("REFLECTOR_OIDC_NAMESPACES") != "" {
+		return nil, errors.New("REFLECTOR_OIDC_NAMESPACES needs REFLECTOR_OIDC_AUDIENCE")
+	}
+	return env, nil
 }

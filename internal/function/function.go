@@ -73,20 +73,38 @@ func Lazy(name string, build func() (http.Handler, error)) http.HandlerFunc {
 // 8022, 8112, 9090, 9091), which shares the pod's network.
 const DefaultMetricsPort = "9095"
 
-// Serve serves h on $PORT (default 8080), on every interface or on $REFLECTOR_LISTEN_HOST when
-// set, until SIGTERM or an interrupt. Then it stops taking
-// requests, lets those in flight finish for up to drain, and calls shutdown, which closes what
-// the handler holds (the tag store, the event recorder) so that the next process finds the
-// store clean.
+// Listener is one address a function serves and the handler behind it.
+type Listener struct {
+	// Name says what the listener is for in log lines, e.g. "webhooks".
+	Name string
+	// Addr is host:port.
+	Addr string
+	// Handler serves the listener's requests.
+	Handler http.Handler
+}
+
+// PortAddr returns the address of port on $REFLECTOR_LISTEN_HOST (every interface when unset).
+func PortAddr(port string) string {
+	return net.JoinHostPort(os.Getenv("REFLECTOR_LISTEN_HOST"), port)
+}
+
+// Port returns $PORT, or 8080 when it is unset.
+func Port() string {
+	if p := os.Getenv("PORT"); p != "" {
+		return p
+	}
+	return "8080"
+}
+
+// Serve serves each listener until SIGTERM or an interrupt. Then it stops taking requests on
+// all of them, lets those in flight finish for up to drain, and calls shutdown, which closes
+// what the handlers hold (the tag store, the event recorder) so that the next process finds
+// the store clean. A listener that cannot be bound stops the function.
 //
 // Prometheus metrics are served on /metrics of $REFLECTOR_METRICS_ADDR (host:port, default
-// ":" + DefaultMetricsPort; "off" serves none). A metrics port that cannot be bound is logged as an error and the
-// function serves on without it.
-func Serve(h http.Handler, drain time.Duration, shutdown func(context.Context) error, log *slog.Logger) error {
-	port := os.Getenv("PORT")
-	if port == "" {
-		port = "8080"
-	}
+// ":" + DefaultMetricsPort; "off" serves none). A metrics port that cannot be bound is logged as
+// an error and the function serves on without it.
+func Serve(listeners []Listener, drain time.Duration, shutdown func(context.Context) error, log *slog.Logger) error {
 	if maddr := os.Getenv("REFLECTOR_METRICS_ADDR"); maddr != "off" {
 		if maddr == "" {
 			maddr = ":" + DefaultMetricsPort
@@ -98,37 +116,51 @@ func Serve(h http.Handler, drain time.Duration, shutdown func(context.Context) e
 			defer ms.Close()
 		}
 	}
-	srv := &http.Server{
-		Addr:              net.JoinHostPort(os.Getenv("REFLECTOR_LISTEN_HOST"), port),
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	var (
+		servers []*http.Server
+		lns     []net.Listener
+	)
+	for _, l := range listeners {
+		ln, err := net.Listen("tcp", l.Addr)
+		if err != nil {
+			for _, bound := range lns {
+				bound.Close()
+			}
+			return errors.Join(fmt.Errorf("%s: %w", l.Name, err), shutdown(context.Background()))
+		}
+		lns = append(lns, ln)
+		servers = append(servers, &http.Server{
+			Handler:           l.Handler,
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		})
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	served := make(chan error, 1)
-	go func() { served <- srv.ListenAndServe() }()
-	log.Info("serving", "addr", srv.Addr)
+	served := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() { served <- srv.Serve(lns[i]) }()
+		log.Info("serving", "listener", listeners[i].Name, "addr", lns[i].Addr().String())
+	}
 
+	var failed error
 	select {
-	case err := <-served:
-		return errors.Join(err, shutdown(context.Background()))
+	case failed = <-served:
 	case <-ctx.Done():
+		log.Info("shutting down")
 	}
-	log.Info("shutting down")
 	dctx, cancel := context.WithTimeout(context.Background(), drain)
-	err := srv.Shutdown(dctx)
+	for _, srv := range servers {
+		if err := srv.Shutdown(dctx); err != nil {
+			log.Warn("requests still running at the drain deadline", "error", err.Error())
+		}
+	}
 	cancel()
-	if err != nil {
-		log.Warn("requests still running at the drain deadline", "error", err.Error())
+	err := shutdown(context.Background())
+	if failed != nil {
+		return errors.Join(failed, err)
 	}
-	if err := shutdown(context.Background()); err != nil {
-		return err
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return err
 }
 
 // ServeMetrics serves /metrics (and /healthz) on addr in the background until the returned

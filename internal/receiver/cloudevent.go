@@ -95,7 +95,7 @@ func (r *Receiver) handleCloudEvent(ctx context.Context, e cloudevents.Event) (r
 		metrics.RecordWebhook(cloudEventProvider, metrics.WebhookRejected)
 		return result{message: "rejected"}, fmt.Errorf("%w: %v", events.ErrRejected, err)
 	}
-	res := r.deliver(ctx, "cloudevent", "", evs)
+	res := r.deliver(ctx, eventsKey(cloudEventProvider, evs), "", evs)
 	metrics.RecordWebhook(cloudEventProvider, res.outcome())
 	if res.err != nil {
 		return res, res.err
@@ -110,10 +110,10 @@ func (r *Receiver) scanRequested(ctx context.Context, e cloudevents.Event) (resu
 	if err := events.Decode(e, &ref); err != nil {
 		return result{message: "rejected"}, err
 	}
-	if ref.Namespace == "" || ref.Name == "" {
-		return result{message: "rejected"}, fmt.Errorf("%w: %s %s: namespace and name are required", events.ErrRejected, e.Type(), e.ID())
+	if err := events.CheckObject(ref.Namespace, ref.Name); err != nil {
+		return result{message: "rejected"}, fmt.Errorf("%s %s: %w", e.Type(), e.ID(), err)
 	}
-	return r.scanNow(ctx, ref.Namespace, ref.Name, ref.Reason)
+	return r.scanNow(ctx, ref.Namespace, ref.Name, events.Brief(ref.Reason))
 }
 
 func (r *Receiver) scanNow(ctx context.Context, namespace, name, why string) (result, error) {
@@ -158,16 +158,16 @@ type apiServerObject struct {
 func (r *Receiver) apiServerEvent(ctx context.Context, e cloudevents.Event) (result, error) {
 	var head apiServerObject
 	if err := json.Unmarshal(e.Data(), &head); err != nil {
-		return result{message: "rejected"}, fmt.Errorf("%w: %s %s: undecodable data: %v", events.ErrRejected, e.Type(), e.ID(), err)
+		return result{message: "rejected"}, fmt.Errorf("%w: %s %s: undecodable data: %s", events.ErrRejected, e.Type(), e.ID(), events.Brief(err.Error()))
 	}
 	group, _, _ := strings.Cut(head.APIVersion, "/")
 	if head.Kind != v1.ImageRepositoryKind || group != v1.GroupVersion.Group {
-		return result{message: fmt.Sprintf("ignored: %s %s is not an ImageRepository", head.APIVersion, head.Kind)}, nil
+		return result{message: fmt.Sprintf("ignored: %s %s is not an ImageRepository", events.Brief(head.APIVersion), events.Brief(head.Kind))}, nil
 	}
 	repo := &v1.ImageRepository{}
 	if strings.HasPrefix(e.Type(), "dev.knative.apiserver.ref.") {
-		if head.Namespace == "" || head.Name == "" {
-			return result{message: "rejected"}, fmt.Errorf("%w: %s %s: namespace and name are required", events.ErrRejected, e.Type(), e.ID())
+		if err := events.CheckObject(head.Namespace, head.Name); err != nil {
+			return result{message: "rejected"}, fmt.Errorf("%s %s: %w", e.Type(), e.ID(), err)
 		}
 		got, err := r.kube.Repositories.Get(ctx, head.Namespace, head.Name)
 		if apierrors.IsNotFound(err) {
@@ -178,10 +178,10 @@ func (r *Receiver) apiServerEvent(ctx context.Context, e cloudevents.Event) (res
 		}
 		repo = got
 	} else if err := json.Unmarshal(e.Data(), repo); err != nil {
-		return result{message: "rejected"}, fmt.Errorf("%w: %s %s: undecodable ImageRepository: %v", events.ErrRejected, e.Type(), e.ID(), err)
+		return result{message: "rejected"}, fmt.Errorf("%w: %s %s: undecodable ImageRepository: %s", events.ErrRejected, e.Type(), e.ID(), events.Brief(err.Error()))
 	}
-	if repo.Namespace == "" || repo.Name == "" {
-		return result{message: "rejected"}, fmt.Errorf("%w: %s %s: the ImageRepository has no namespace or name", events.ErrRejected, e.Type(), e.ID())
+	if err := events.CheckObject(repo.Namespace, repo.Name); err != nil {
+		return result{message: "rejected"}, fmt.Errorf("%s %s: the ImageRepository: %w", e.Type(), e.ID(), err)
 	}
 	// A zero period: the periodic rules (retries, digest refreshes) are the cron reconciler's.
 	why := reconcile.RepositoryDue(repo, reconcile.Window{Now: r.cfg.now()})

@@ -6,9 +6,11 @@ import (
 	"time"
 )
 
-// dedup remembers delivery ids for a window, in a bounded LRU, so that a sender's retry of a
+// dedup remembers delivery keys for a window, so that a sender's retry (or a replay) of a
 // delivery that already succeeded changes nothing. A delivery is claimed before it is handled
-// and released when handling fails, so that the retry of a failure is not dropped.
+// and released when handling fails, so that the retry of a failure is not dropped. Keys are of
+// bounded length (see bodyKey), at most size are held, and each is forgotten when its window
+// ends: the list is in claim order and every claim drops the expired ones at its old end.
 type dedup struct {
 	window time.Duration
 	size   int
@@ -42,6 +44,11 @@ func (d *dedup) claim(key string, now time.Time) bool {
 		delete(d.index, key)
 	}
 	d.index[key] = d.order.PushFront(&dedupEntry{key: key, expires: now.Add(d.window)})
+	for d.order.Len() > 0 && !now.Before(d.order.Back().Value.(*dedupEntry).expires) {
+		oldest := d.order.Back()
+		d.order.Remove(oldest)
+		delete(d.index, oldest.Value.(*dedupEntry).key)
+	}
 	for d.order.Len() > d.size {
 		oldest := d.order.Back()
 		d.order.Remove(oldest)

@@ -92,7 +92,9 @@ func newFixture(t testing.TB, opts ...receiver.Option) *fixture {
 		Store:    f.store,
 		Log:      log,
 	}
-	f.recv = receiver.New(c, f.scanner, append([]receiver.Option{receiver.WithLogger(log)}, opts...)...)
+	// Tests create a namespace's receiver and use it at once: list the receivers' Secrets for
+	// every delivery, rather than once per DefaultSecretTTL.
+	f.recv = receiver.New(c, f.scanner, append([]receiver.Option{receiver.WithLogger(log), receiver.WithSecretTTL(0)}, opts...)...)
 	mux := http.NewServeMux()
 	mux.Handle("/hook/", f.recv)
 	mux.Handle("/", f.recv.CloudEvents())

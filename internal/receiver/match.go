@@ -2,7 +2,9 @@ package receiver
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -67,13 +69,24 @@ func (r *Receiver) match(ctx context.Context, namespace string, evs []webhook.Ev
 	return pick(repos), nil
 }
 
+// maxHintTags is the most pushed tags a scan confirms one by one; a delivery that names more
+// asks for a full listing, which costs a request per page of tags rather than one per tag.
+const maxHintTags = 16
+
 func newTarget(repo repoEntry, evs []webhook.Event) target {
 	t := target{namespace: repo.namespace, name: repo.name, timeout: repo.timeout}
+	seen := map[string]bool{}
 	for _, e := range evs {
-		if e.Tag == "" {
+		switch {
+		case e.Tag == "":
 			t.full = true
-		} else if !slices.Contains(t.tags, e.Tag) {
+		case !seen[e.Tag]:
+			seen[e.Tag] = true
 			t.tags = append(t.tags, e.Tag)
+		}
+		if len(t.tags) > maxHintTags {
+			t.full, t.tags = true, nil
+			break
 		}
 	}
 	return t
@@ -144,19 +157,55 @@ func objectNames(targets []target) string {
 	return strings.Join(names, ",")
 }
 
-// deliveryKey is what a delivery is remembered by: its events' delivery ids, which a retry
-// repeats. Scoping it by receiver keeps one receiver's deliveries from shadowing another's.
-func deliveryKey(scope string, evs []webhook.Event) (key, id string) {
-	var ids []string
+// bodyKey is what an HTTP delivery is remembered by: a hash of its body, which is what a
+// signature covers (and what a token-authenticated sender sent), scoped by receiver so that one
+// receiver's deliveries do not shadow another's. A replay with new unsigned headers (a new
+// X-GitHub-Delivery, say) has the same key. Its size is fixed whatever the sender sent.
+func bodyKey(scope string, body []byte) string {
+	sum := sha256.Sum256(body)
+	return scope + "\x00" + string(sum[:])
+}
+
+// eventsKey is what a delivery of CloudEvents is remembered by: a hash of its events' ids
+// (source and id identify a CloudEvent), scoped like bodyKey.
+func eventsKey(scope string, evs []webhook.Event) string {
+	ids := map[string]bool{}
 	for _, e := range evs {
-		if e.DeliveryID != "" && !slices.Contains(ids, e.DeliveryID) {
-			ids = append(ids, e.DeliveryID)
+		ids[e.DeliveryID] = true
+	}
+	h := sha256.New()
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+	}
+	return scope + "\x00" + string(h.Sum(nil))
+}
+
+// maxShownIDLength bounds the delivery id that answers and log lines repeat.
+const maxShownIDLength = 128
+
+// deliveryID renders the delivery ids of evs for an answer or a log line: the first one, and
+// how many others there are, at most maxShownIDLength bytes of it.
+func deliveryID(evs []webhook.Event) string {
+	var first string
+	others := 0
+	seen := map[string]bool{}
+	for _, e := range evs {
+		if e.DeliveryID == "" || seen[e.DeliveryID] {
+			continue
+		}
+		seen[e.DeliveryID] = true
+		if first == "" {
+			first = e.DeliveryID
+		} else {
+			others++
 		}
 	}
-	if len(ids) == 0 {
-		return "", ""
+	if len(first) > maxShownIDLength {
+		first = strings.ToValidUTF8(first[:maxShownIDLength], "") + "..."
 	}
-	slices.Sort(ids)
-	id = strings.Join(ids, ",")
-	return scope + "\x00" + id, id
+	if others > 0 {
+		first += fmt.Sprintf(" (+%d)", others)
+	}
+	return first
 }

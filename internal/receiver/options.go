@@ -15,9 +15,12 @@ const (
 	DefaultBurst = 50
 	// DefaultDedupWindow is how long a delivery id is remembered.
 	DefaultDedupWindow = 10 * time.Minute
-	// DefaultDedupSize bounds the delivery ids remembered at once.
+	// DefaultDedupSize bounds the deliveries remembered at once; each takes a fixed size (a hash
+	// and the receiver's name), so together well under 2 MB.
 	DefaultDedupSize = 10000
-	// DefaultSecretTTL is how long a namespace's webhook Secret (or its absence) is cached.
+	// DefaultSecretTTL is how long a listing of the receivers' Secrets is used: the time a new
+	// or rotated token takes to apply, and the most often a flood of deliveries makes the
+	// function list them.
 	DefaultSecretTTL = 10 * time.Second
 	// DefaultPageSize is the limit of each ImageRepository list call.
 	DefaultPageSize = 500
@@ -79,8 +82,8 @@ func WithDedup(window time.Duration, size int) Option {
 	return func(c *config) { c.dedupWindow, c.dedupSize = window, size }
 }
 
-// WithSecretTTL sets how long a namespace's webhook Secret, or its absence, is cached: the time
-// a new or rotated token takes to apply.
+// WithSecretTTL sets how long a listing of the receivers' Secrets is used: the time a new or
+// rotated token takes to apply.
 func WithSecretTTL(d time.Duration) Option {
 	return func(c *config) { c.secretTTL = d }
 }

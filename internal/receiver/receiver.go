@@ -12,6 +12,7 @@ package receiver
 
 import (
 	"context"
+	"crypto/rand"
 	"log/slog"
 	"sync"
 	"time"
@@ -34,7 +35,8 @@ type Receiver struct {
 	cfg     config
 
 	repos    *catalog
-	secrets  *secretCache
+	secrets  *receivers
+	decoy    []byte
 	limits   *limiters
 	seen     *dedup
 	base     context.Context
@@ -57,12 +59,21 @@ func New(c *kube.Client, s Scanner, opts ...Option) *Receiver {
 		scanner: s,
 		cfg:     cfg,
 		repos:   newCatalog(c, cfg.matchTTL, cfg.pageSize, cfg.now),
-		secrets: newSecretCache(c.Core, cfg.secretTTL, cfg.now),
+		secrets: newReceivers(c.Core, cfg.secretTTL, cfg.pageSize, cfg.now),
+		decoy:   decoySecret(),
 		limits:  newLimiters(cfg.rate, cfg.burst),
 		seen:    newDedup(cfg.dedupWindow, cfg.dedupSize),
 		base:    base,
 		cancel:  cancel,
 	}
+}
+
+// decoySecret returns a random secret that no sender knows: a delivery to a receiver that does
+// not exist is verified against it, so that it fails exactly as a wrong token does.
+func decoySecret() []byte {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return b
 }
 
 // Object names one ImageRepository that an answer reports.

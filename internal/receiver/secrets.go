@@ -6,103 +6,90 @@ import (
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
 
-// secretCache holds the token of each namespace's receiver for a short time, so that a burst
-// of deliveries reads the Secret once, and a namespace without one (404) is not looked up on
-// every forged request. Errors other than NotFound are not cached.
-type secretCache struct {
-	core kubernetes.Interface
-	ttl  time.Duration
-	now  func() time.Time
+// receivers knows which namespaces have a receiver, and their tokens, from one listing of the
+// Secrets named SecretName in every namespace (a metadata.name field selector, which RBAC can
+// restrict to that name). The listing is renewed at most once per ttl, when a delivery needs it,
+// and deliveries that arrive during a listing share it: however many namespace names a sender
+// probes, the apiserver sees one list a period, and a namespace without a receiver costs nothing
+// more than one with one. A failed listing is not remembered.
+type receivers struct {
+	core     kubernetes.Interface
+	ttl      time.Duration
+	pageSize int64
+	now      func() time.Time
 
 	mu      sync.Mutex
-	entries map[string]*secretEntry
+	current *secretListing
 }
 
-type secretEntry struct {
-	ready   chan struct{}
-	token   []byte
-	err     error
-	expires time.Time
+// secretListing is one listing, in flight until done is closed.
+type secretListing struct {
+	at     time.Time
+	done   chan struct{}
+	tokens map[string][]byte
+	err    error
 }
 
-// maxCachedSecrets bounds the cache: namespaces come from request paths, so a sender could
-// otherwise fill it with names that have no Secret.
-const maxCachedSecrets = 4096
-
-func newSecretCache(core kubernetes.Interface, ttl time.Duration, now func() time.Time) *secretCache {
-	return &secretCache{core: core, ttl: ttl, now: now, entries: map[string]*secretEntry{}}
+func newReceivers(core kubernetes.Interface, ttl time.Duration, pageSize int64, now func() time.Time) *receivers {
+	return &receivers{core: core, ttl: ttl, pageSize: pageSize, now: now}
 }
 
-// token returns the token of namespace's receiver, nil when the namespace has no receiver.
-func (c *secretCache) token(ctx context.Context, namespace string) ([]byte, error) {
-	now := c.now()
+// token returns the token of namespace's receiver, nil when the namespace has none.
+func (c *receivers) token(ctx context.Context, namespace string) ([]byte, error) {
 	c.mu.Lock()
-	e, ok := c.entries[namespace]
-	if ok {
+	l := c.current
+	if l != nil {
 		select {
-		case <-e.ready:
-			if now.After(e.expires) || e.err != nil {
-				ok = false
+		case <-l.done:
+			if l.err != nil || c.now().Sub(l.at) >= c.ttl {
+				l = nil
 			}
 		default:
 		}
 	}
-	if !ok {
-		if len(c.entries) >= maxCachedSecrets {
-			c.evictExpired(now)
-		}
-		e = &secretEntry{ready: make(chan struct{})}
-		c.entries[namespace] = e
+	if l == nil {
+		l = &secretListing{at: c.now(), done: make(chan struct{})}
+		c.current = l
 		c.mu.Unlock()
-		e.token, e.err = c.read(ctx, namespace)
-		e.expires = now.Add(c.ttl)
-		close(e.ready)
-		if e.err != nil {
-			c.mu.Lock()
-			if c.entries[namespace] == e {
-				delete(c.entries, namespace)
-			}
-			c.mu.Unlock()
-		}
-		return e.token, e.err
+		// Other deliveries wait for this listing: a sender that hangs up must not fail it.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listTimeout)
+		l.tokens, l.err = c.list(lctx)
+		cancel()
+		close(l.done)
+	} else {
+		c.mu.Unlock()
 	}
-	c.mu.Unlock()
 	select {
-	case <-e.ready:
-		return e.token, e.err
+	case <-l.done:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	if l.err != nil {
+		return nil, l.err
+	}
+	return l.tokens[namespace], nil
 }
 
-func (c *secretCache) read(ctx context.Context, namespace string) ([]byte, error) {
-	s, err := c.core.CoreV1().Secrets(namespace).Get(ctx, SecretName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading Secret %s/%s: %w", namespace, SecretName, err)
-	}
-	return s.Data[SecretKey], nil
-}
-
-// evictExpired drops expired entries, and every entry when none has expired; c.mu is held.
-func (c *secretCache) evictExpired(now time.Time) {
-	for ns, e := range c.entries {
-		select {
-		case <-e.ready:
-			if now.After(e.expires) {
-				delete(c.entries, ns)
-			}
-		default:
+// list pages through the receiver Secrets of every namespace.
+func (c *receivers) list(ctx context.Context) (map[string][]byte, error) {
+	tokens := map[string][]byte{}
+	opts := metav1.ListOptions{FieldSelector: "metadata.name=" + SecretName, Limit: c.pageSize}
+	for {
+		page, err := c.core.CoreV1().Secrets("").List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("listing the %s Secrets: %w", SecretName, err)
 		}
-	}
-	if len(c.entries) >= maxCachedSecrets {
-		clear(c.entries)
+		for _, s := range page.Items {
+			if t := s.Data[SecretKey]; len(t) > 0 {
+				tokens[s.Namespace] = t
+			}
+		}
+		if opts.Continue = page.Continue; opts.Continue == "" {
+			return tokens, nil
+		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -25,12 +24,14 @@ import (
 //	POST /hook/<provider>               the cluster receiver (WithClusterSecret); it touches
 //	                                    ImageRepositories of every namespace
 //
-// A receiver without its token does not exist: a namespace without the Secret answers 404, as
-// an unknown provider does, so a sender cannot tell which namespaces are set up. The answers:
-// 202 with the objects annotated; 200 with a reason when the delivery is authentic but
-// nothing matches, it is ignored (a pull, a delete) or it repeats a delivery id; 400 malformed;
-// 401 missing or wrong signature or token, with nothing changed; 404; 405 not POST; 413 over
-// MaxBodyBytes; 429 over the receiver's rate; 500 when the API server fails. Every answer is one
+// A receiver without its token does not exist, and a delivery to it is answered exactly as one
+// with a wrong token (401, the same message), so a sender cannot tell which namespaces are set
+// up. The answers: 202 with the objects annotated; 200 with a reason when the delivery is
+// authentic but nothing matches, it is ignored (a pull, a delete) or it repeats an earlier
+// delivery (the same body, which is what a signature covers, within the dedup window); 400
+// malformed; 401 missing or wrong signature or token, with nothing changed; 404 an unknown
+// provider or path; 405 not POST; 413 over MaxBodyBytes; 429 over the receiver's rate; 500 when
+// the API server fails. Every answer is one
 // JSON log line, which never contains the query string (tokens travel there).
 //
 // The delivery continues the trace of its traceparent header, or starts one; the answer, its
@@ -100,13 +101,8 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request) result {
 	if !webhook.Known(rt.provider) {
 		return res.with(http.StatusNotFound, fmt.Sprintf("unknown provider; known: %s", strings.Join(webhook.Providers(), ", ")))
 	}
-	secret, err := r.secret(req.Context(), rt)
-	if err != nil {
-		res.err = err
-		return res.with(http.StatusInternalServerError, "cannot read the receiver's token")
-	}
-	if len(secret) == 0 {
-		return res.with(http.StatusNotFound, "receiver not found")
+	if req.ContentLength > MaxBodyBytes {
+		return res.with(http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", MaxBodyBytes))
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBodyBytes))
 	if err != nil {
@@ -115,7 +111,21 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request) result {
 		}
 		return res.with(http.StatusBadRequest, "reading the body failed")
 	}
+	secret, err := r.secret(req.Context(), rt)
+	if err != nil {
+		res.err = err
+		return res.with(http.StatusInternalServerError, "cannot read the receiver's token")
+	}
+	// A receiver that does not exist verifies against a secret nobody knows, so that its answer
+	// is the one a wrong token gets: a sender cannot tell which namespaces have a receiver.
+	exists := len(secret) > 0
+	if !exists {
+		secret = r.decoy
+	}
 	evs, err := webhook.Parse(rt.provider, webhook.Request{Header: req.Header, Query: req.URL.Query(), Body: body}, secret)
+	if !exists && !errors.Is(err, webhook.ErrUnauthenticated) {
+		err = fmt.Errorf("%s: %w", rt.provider, webhook.ErrUnauthenticated)
+	}
 	switch {
 	case errors.Is(err, webhook.ErrUnauthenticated):
 		return res.with(http.StatusUnauthorized, err.Error())
@@ -130,7 +140,8 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request) result {
 		w.Header().Set("Retry-After", "1")
 		return res.with(http.StatusTooManyRequests, "the receiver's rate limit is exceeded; retry later")
 	}
-	d := r.deliver(req.Context(), rt.provider+"/"+res.receiver, rt.namespace, evs)
+	scope := rt.provider + "/" + res.receiver
+	d := r.deliver(req.Context(), bodyKey(scope, body), rt.namespace, evs)
 	d.provider, d.receiver = res.provider, res.receiver
 	return d
 }
@@ -148,12 +159,11 @@ func (res result) with(status int, message string) result {
 	return res
 }
 
-// deliver handles authenticated events: drops a repeated delivery, matches the events against
-// the ImageRepositories of namespace ("" for all) and annotates the matches. The caller
-// answers and then starts the scans of res.annotated.
-func (r *Receiver) deliver(ctx context.Context, scope, namespace string, evs []webhook.Event) result {
-	key, id := deliveryKey(scope, evs)
-	res := result{deliveryID: id}
+// deliver handles authenticated events: drops a delivery whose key was seen within the dedup
+// window, matches the events against the ImageRepositories of namespace ("" for all) and
+// annotates the matches. The caller answers and then starts the scans of res.annotated.
+func (r *Receiver) deliver(ctx context.Context, key, namespace string, evs []webhook.Event) result {
+	res := result{deliveryID: deliveryID(evs)}
 	if !r.seen.claim(key, r.cfg.now()) {
 		res.skipped = metrics.WebhookDeduplicated
 		return res.with(http.StatusOK, "duplicate delivery")
@@ -191,15 +201,25 @@ func (r *Receiver) scanAll(ctx context.Context, targets []target) {
 	}
 }
 
+// eventKeys names the repositories of evs for an answer: the first few, and how many more.
 func eventKeys(evs []webhook.Event) string {
+	const shown = 5
+	seen := map[string]bool{}
 	var keys []string
 	for _, e := range evs {
 		k := e.Key()
-		if !slices.Contains(keys, k) {
-			keys = append(keys, k)
+		if !seen[k] {
+			seen[k] = true
+			if len(keys) < shown {
+				keys = append(keys, k)
+			}
 		}
 	}
-	return strings.Join(keys, ", ")
+	out := strings.Join(keys, ", ")
+	if len(seen) > shown {
+		out += fmt.Sprintf(" and %d more", len(seen)-shown)
+	}
+	return out
 }
 
 func writeAnswer(ctx context.Context, w http.ResponseWriter, res result) {

@@ -125,8 +125,10 @@ func TestWebhookIntegrationAnswers(t *testing.T) {
 		{"malformed", signed("generic", path, token, []byte(`{"image": `)), http.StatusBadRequest, "malformed"},
 		{"not an image", signed("generic", path, token, []byte(`{"image": "UPPER CASE"}`)), http.StatusBadRequest, "malformed"},
 		{"unknown provider", signed("generic", "/hook/gitea/"+ns, token, generic), http.StatusNotFound, "unknown provider"},
-		{"namespace without Secret", signed("generic", "/hook/generic/"+bare, token, generic), http.StatusNotFound, "receiver not found"},
-		{"cluster receiver not configured", signed("generic", "/hook/generic", token, generic), http.StatusNotFound, "receiver not found"},
+		// A receiver that does not exist answers as a wrong token does.
+		{"namespace without Secret", signed("generic", "/hook/generic/"+bare, token, generic), http.StatusUnauthorized, "generic: unauthenticated: X-Signature does not match"},
+		{"cluster receiver not configured", signed("generic", "/hook/generic", token, generic), http.StatusUnauthorized, "generic: unauthenticated: X-Signature does not match"},
+		{"wrong token", signed("generic", path, "not-the-token", generic), http.StatusUnauthorized, "generic: unauthenticated: X-Signature does not match"},
 		{"bad namespace", signed("generic", "/hook/generic/Not_A_Namespace", token, generic), http.StatusNotFound, "no such receiver"},
 		{"too deep", signed("generic", path+"/x", token, generic), http.StatusNotFound, "no such receiver"},
 		{"GET", delivery{path: path, method: http.MethodGet}, http.StatusMethodNotAllowed, "POSTed"},

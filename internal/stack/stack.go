@@ -32,6 +32,9 @@ import (
 // Ports of the stack's processes; zero picks free ones.
 type Ports struct {
 	APIServer, Etcd, Registry, Scan, Policy int
+	// ScanEvents is the scan function's cluster-local CloudEvents listener; Scan is its public
+	// webhook listener.
+	ScanEvents int
 	// Metrics are the ports of /metrics of the scan and policy functions and the cron loop.
 	ScanMetrics, PolicyMetrics, CronMetrics int
 }
@@ -63,8 +66,9 @@ type Stack struct {
 	Kube *kube.Client
 	// Registry is the registry's host:port.
 	Registry string
-	// ScanURL and PolicyURL are the functions' base URLs.
-	ScanURL, PolicyURL string
+	// ScanURL is the base URL of the scan function's public surface (registry webhooks),
+	// ScanEventsURL of its cluster-local CloudEvents surface, PolicyURL of the policy function.
+	ScanURL, ScanEventsURL, PolicyURL string
 	// Metrics maps Scan, Policy and Cron to the URL of their /metrics.
 	Metrics map[string]string
 	// Token is the webhook token of Options.Namespace.
@@ -115,7 +119,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	p := &s.opts.Ports
-	for _, port := range []*int{&p.Registry, &p.Scan, &p.Policy, &p.ScanMetrics, &p.PolicyMetrics, &p.CronMetrics} {
+	for _, port := range []*int{&p.Registry, &p.Scan, &p.ScanEvents, &p.Policy, &p.ScanMetrics, &p.PolicyMetrics, &p.CronMetrics} {
 		if *port == 0 {
 			if *port, err = testenv.FreePort(); err != nil {
 				return nil, err
@@ -124,6 +128,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	s.Registry = "127.0.0.1:" + strconv.Itoa(p.Registry)
 	s.ScanURL = "http://127.0.0.1:" + strconv.Itoa(p.Scan)
+	s.ScanEventsURL = "http://127.0.0.1:" + strconv.Itoa(p.ScanEvents)
 	s.PolicyURL = "http://127.0.0.1:" + strconv.Itoa(p.Policy)
 	s.Metrics = map[string]string{
 		Scan:   "http://127.0.0.1:" + strconv.Itoa(p.ScanMetrics) + "/metrics",
@@ -212,6 +217,7 @@ func (s *Stack) command(c string) (*exec.Cmd, string, error) {
 	case Scan:
 		cmd := exec.Command(filepath.Join(s.bins, "scan"))
 		cmd.Env = append(env, "PORT="+strconv.Itoa(s.opts.Ports.Scan),
+			"REFLECTOR_CLOUDEVENTS_PORT="+strconv.Itoa(s.opts.Ports.ScanEvents),
 			"REFLECTOR_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(s.opts.Ports.ScanMetrics),
 			"REFLECTOR_STORE_DIR="+filepath.Join(d, "store"), "K_SINK="+s.PolicyURL)
 		return cmd, s.ScanURL + "/healthz", nil
@@ -223,7 +229,7 @@ func (s *Stack) command(c string) (*exec.Cmd, string, error) {
 		return cmd, s.PolicyURL + "/healthz", nil
 	case Cron:
 		cmd := exec.Command(filepath.Join(s.bins, "cron"), "--every="+s.opts.CronEvery.String(),
-			"--spread="+(s.opts.CronEvery/4).String(), "--scan-url="+s.ScanURL, "--policy-url="+s.PolicyURL,
+			"--spread="+(s.opts.CronEvery/4).String(), "--scan-url="+s.ScanEventsURL, "--policy-url="+s.PolicyURL,
 			"--store-dir="+filepath.Join(d, "store"),
 			"--metrics-addr=127.0.0.1:"+strconv.Itoa(s.opts.Ports.CronMetrics))
 		cmd.Env = env

@@ -1,6 +1,10 @@
 package webhook
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
 
 // BenchmarkParse measures verifying and parsing each provider's documented payload.
 func BenchmarkParse(b *testing.B) {
@@ -36,4 +40,37 @@ func BenchmarkParseCloudEvent(b *testing.B) {
 			}
 		})
 	}
+}
+
+// largeEnvelope returns a distribution envelope of about size bytes made of manifest
+// pushes without an id, each to a tag of its own, and how many events it holds.
+func largeEnvelope(size int) ([]byte, int) {
+	var b strings.Builder
+	b.WriteString(`{"events":[`)
+	n := 0
+	for b.Len() < size-200 {
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"action":"push","target":{"repository":"app","tag":"t%d"},"request":{"host":"r"}}`, n)
+		n++
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String()), n
+}
+
+// BenchmarkParseLargeEnvelope measures a 1 MiB distribution envelope of events without ids,
+// the worst case a sender with the token can post: parsing is linear in the body.
+func BenchmarkParseLargeEnvelope(b *testing.B) {
+	body, n := largeEnvelope(1 << 20)
+	req := signed("distribution", body)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		evs, err := Parse("distribution", req, testSecret)
+		if err != nil || len(evs) != n {
+			b.Fatalf("%d events, want %d: %v", len(evs), n, err)
+		}
+	}
+	b.ReportMetric(float64(n), "events/op")
 }

@@ -49,6 +49,11 @@ func parseDistribution(req Request) ([]Event, error) {
 	}
 	var events []Event
 	var skip skipped
+	// Events without an id share one derived from the body, hashed once: hashing it per event
+	// would make an envelope of many such events cost its length squared.
+	var fromBody string
+	// An envelope is usually about one repository: its name is canonicalised once.
+	var last struct{ host, repository, canonHost, canonRepository string }
 	for _, ev := range *p.Events {
 		t := ev.Target
 		switch {
@@ -71,9 +76,19 @@ func parseDistribution(req Request) ([]Event, error) {
 		}
 		id := ev.ID
 		if id == "" {
-			id = bodyID(req.Body)
+			if fromBody == "" {
+				fromBody = bodyID(req.Body)
+			}
+			id = fromBody
 		}
-		e, err := newEvent("distribution", host, t.Repository, t.Tag, t.Digest, id)
+		if host != last.host || t.Repository != last.repository || last.canonHost == "" {
+			h, r, err := canonicalRepository(host, t.Repository)
+			if err != nil {
+				return nil, err
+			}
+			last.host, last.repository, last.canonHost, last.canonRepository = host, t.Repository, h, r
+		}
+		e, err := pushEvent("distribution", last.canonHost, last.canonRepository, t.Tag, t.Digest, id)
 		if err != nil {
 			return nil, err
 		}

@@ -50,26 +50,40 @@ const maxNameLength = 255
 
 // newEvent canonicalises and validates one event. An empty host means Docker Hub.
 func newEvent(source, host, repository, tag, digest, deliveryID string) (Event, error) {
+	host, repository, err := canonicalRepository(host, repository)
+	if err != nil {
+		return Event{}, err
+	}
+	return pushEvent(source, host, repository, tag, digest, deliveryID)
+}
+
+// canonicalRepository canonicalises and validates a registry host and a repository path.
+func canonicalRepository(host, repository string) (string, string, error) {
 	host = strings.TrimSpace(host)
 	repository = strings.TrimSpace(repository)
 	if repository == "" {
-		return Event{}, malformed("no repository")
+		return "", "", malformed("no repository")
 	}
 	// A slash would move part of the host into the repository path once joined.
 	if strings.Contains(strings.TrimSuffix(host, "/"), "/") {
-		return Event{}, malformed("invalid registry host %s", quote(host))
+		return "", "", malformed("invalid registry host %s", quote(host))
 	}
 	key := imagename.Key(host, repository)
 	if len(key) > maxNameLength {
-		return Event{}, malformed("repository name %s is longer than %d characters", quote(key), maxNameLength)
+		return "", "", malformed("repository name %s is longer than %d characters", quote(key), maxNameLength)
 	}
 	host, repository, _ = strings.Cut(key, "/")
 	if !hostPattern.MatchString(host) {
-		return Event{}, malformed("invalid registry host %s", quote(host))
+		return "", "", malformed("invalid registry host %s", quote(host))
 	}
 	if !pathPattern.MatchString(repository) {
-		return Event{}, malformed("invalid repository %s", quote(repository))
+		return "", "", malformed("invalid repository %s", quote(repository))
 	}
+	return host, repository, nil
+}
+
+// pushEvent validates the tag and digest of a push to a repository canonicalRepository made.
+func pushEvent(source, host, repository, tag, digest, deliveryID string) (Event, error) {
 	if tag != "" && !tagPattern.MatchString(tag) {
 		return Event{}, malformed("invalid tag %s", quote(tag))
 	}

@@ -1,0 +1,440 @@
+package stack_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/stack"
+)
+
+// The OIDC set-up of the attack stack: the broker's identity is a ServiceAccount of
+// brokerNamespace, and each function requires its own audience.
+const (
+	brokerNamespace = "reflector-system"
+	scanAudience    = "reflector-scan"
+	policyAudience  = "reflector-policy"
+)
+
+// attackStack is the whole system with sender authentication on, as the oidc component of
+// knative/ deploys it: the functions' cluster-local listeners accept only tokens of
+// brokerNamespace's ServiceAccounts for their audience, and the processes that send events
+// present such a token from a file, as Knative's SinkBinding mounts it.
+type attackStack struct {
+	*stack.Stack
+	// token is valid for both audiences, as the broker's.
+	token string
+	// tokenFile holds token for the senders.
+	tokenFile string
+}
+
+func startAttackStack(t *testing.T) *attackStack {
+	t.Helper()
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "sink-token")
+	oidc := func(aud string) []string {
+		return []string{"REFLECTOR_OIDC_AUDIENCE=" + aud, "REFLECTOR_OIDC_NAMESPACES=" + brokerNamespace, "K_SINK_TOKEN_FILE=" + tokenFile}
+	}
+	s := start(t, stack.Options{
+		Dir:       filepath.Join(dir, "stack"),
+		CronEvery: time.Hour,
+		Env: map[string][]string{
+			// The receiver's rate limit would turn the memory attacks away early; they must
+			// be bounded without it.
+			stack.Scan:   append(oidc(scanAudience), "REFLECTOR_WEBHOOK_RATE=10000", "REFLECTOR_WEBHOOK_BURST=10000"),
+			stack.Policy: oidc(policyAudience),
+			stack.Cron:   {"K_SINK_TOKEN_FILE=" + tokenFile},
+		},
+	})
+	a := &attackStack{Stack: s, tokenFile: tokenFile}
+	a.token = a.serviceAccountToken(t, brokerNamespace, "broker", scanAudience, policyAudience)
+	if err := os.WriteFile(tokenFile, []byte(a.token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// serviceAccountToken returns a token of ServiceAccount namespace/name for audiences, issued
+// by the apiserver's TokenRequest as Knative's token provider does.
+func (a *attackStack) serviceAccountToken(t *testing.T, namespace, name string, audiences ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	core := a.Kube.Core.CoreV1()
+	if _, err := core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := core.ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tr, err := core.ServiceAccounts(namespace).CreateToken(ctx, name, &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{Audiences: audiences},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// send posts body to url with headers and returns the answer's status and body.
+func send(t *testing.T, url string, body io.Reader, headers map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, string(b)
+}
+
+// cloudEvent returns the headers of a binary-mode CloudEvent.
+func cloudEvent(ceType, id string, extra map[string]string) map[string]string {
+	h := map[string]string{
+		"Ce-Specversion": "1.0", "Ce-Type": ceType, "Ce-Source": "/attacker", "Ce-Id": id,
+		"Content-Type": "application/json",
+	}
+	for k, v := range extra {
+		h[k] = v
+	}
+	return h
+}
+
+// snapshot is what an attack must not change.
+type snapshot struct {
+	annotation string
+	scanStatus string
+	latest     string
+}
+
+func (a *attackStack) snapshot(t *testing.T) snapshot {
+	t.Helper()
+	ctx := context.Background()
+	repo, err := a.Kube.Repositories.Get(ctx, "default", "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := a.Kube.Policies.Get(ctx, "default", "stable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := json.Marshal(repo.Status.LastScanResult)
+	latest, _ := json.Marshal(pol.Status.LatestRef)
+	return snapshot{
+		annotation: repo.Annotations[v1.ReconcileRequestAnnotation],
+		scanStatus: string(st),
+		latest:     string(latest),
+	}
+}
+
+func (a *attackStack) unchanged(t *testing.T, before snapshot, attack string) {
+	t.Helper()
+	if after := a.snapshot(t); after != before {
+		t.Errorf("%s changed state:\nbefore %+v\nafter  %+v", attack, before, after)
+	}
+}
+
+// rss returns the scan function's resident set and its peak, in bytes.
+func (a *attackStack) rss(t *testing.T) (now, peak int64) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", a.PID(stack.Scan)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(fields[1], 10, 64)
+		switch fields[0] {
+		case "VmRSS:":
+			now = kb << 10
+		case "VmHWM:":
+			peak = kb << 10
+		}
+	}
+	return now, peak
+}
+
+// secretRequests returns how many requests for Secrets the apiserver has served, from its
+// own apiserver_request_total.
+func (a *attackStack) secretRequests(t *testing.T) int {
+	t.Helper()
+	b, err := a.Env.Clientset().CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="secrets"`) {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
+		n += int(v)
+	}
+	return n
+}
+
+// TestAttacksIntegration sends attacks to the real running functions, as an attacker on the
+// internet (the public webhook listener) or inside the cluster (the cluster-local listeners)
+// would, and checks each is refused, changes nothing, and costs bounded memory and apiserver
+// requests.
+func TestAttacksIntegration(t *testing.T) {
+	ctx := context.Background()
+	a := startAttackStack(t)
+	image := a.Registry + "/attack/app"
+	if _, err := a.Env.Apply(ctx, "default", []byte(fmt.Sprintf(observedManifests, image))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stack.Push(image + ":1.0.0"); err != nil {
+		t.Fatal(err)
+	}
+	// The whole chain works with sender authentication on: the registry's notification, the
+	// scan, the TagsChanged event with the broker's token, the evaluation.
+	waitLatest(t, a.Stack, "stable", "1.0.0")
+	baseline, _ := a.rss(t)
+	before := a.snapshot(t)
+	const scanRequest = `{"namespace":"default","name":"app"}`
+	intruder := a.serviceAccountToken(t, "intruders", "mallory", scanAudience, policyAudience)
+	wrongAudience := a.serviceAccountToken(t, brokerNamespace, "other", "some-other-service")
+
+	t.Run("no CloudEvents on the public listener", func(t *testing.T) {
+		for _, path := range []string{"/", "/evaluate", "/x"} {
+			code, _ := send(t, a.ScanURL+path, strings.NewReader(scanRequest),
+				cloudEvent(events.TypeScanRequested, "public-1", map[string]string{"Authorization": "Bearer " + a.token}))
+			if code != http.StatusNotFound {
+				t.Errorf("POST %s on the public listener: %d, want 404", path, code)
+			}
+		}
+		cdevent := `{"context":{"id":"x"},"subject":{"id":"pkg:oci/app?repository_url=` + image + `&tag=9.9.9"}}`
+		if code, _ := send(t, a.ScanURL+"/", strings.NewReader(cdevent), cloudEvent("dev.cdevents.artifact.published.0.2.0", "cd-1", nil)); code != http.StatusNotFound {
+			t.Errorf("a CDEvent on the public listener: %d, want 404", code)
+		}
+		a.unchanged(t, before, "CloudEvents on the public listener")
+	})
+
+	t.Run("cluster-local listeners prove the sender", func(t *testing.T) {
+		for name, auth := range map[string]string{
+			"no token":              "",
+			"garbage":               "Bearer not.a.jwt",
+			"another namespace":     "Bearer " + intruder,
+			"another audience":      "Bearer " + wrongAudience,
+			"the token in a header": a.token,
+		} {
+			h := map[string]string{}
+			if auth != "" {
+				h["Authorization"] = auth
+			}
+			if code, body := send(t, a.ScanEventsURL+"/", strings.NewReader(scanRequest), cloudEvent(events.TypeScanRequested, "ce-"+name, h)); code != http.StatusUnauthorized {
+				t.Errorf("scan request, %s: %d %s, want 401", name, code, body)
+			}
+			if code, body := send(t, a.PolicyURL+"/evaluate?namespace=default&name=stable", nil, h); code != http.StatusUnauthorized {
+				t.Errorf("POST /evaluate, %s: %d %s, want 401", name, code, body)
+			}
+			if code, body := send(t, a.PolicyURL+"/", strings.NewReader(`{"namespace":"default","name":"stable"}`), cloudEvent(events.TypePolicyRequested, "pe-"+name, h)); code != http.StatusUnauthorized {
+				t.Errorf("policy request, %s: %d %s, want 401", name, code, body)
+			}
+		}
+		a.unchanged(t, before, "unauthenticated CloudEvents")
+		// The broker's token passes.
+		code, body := send(t, a.PolicyURL+"/evaluate?namespace=default&name=stable", nil, map[string]string{"Authorization": "Bearer " + a.token})
+		if code != http.StatusOK || !strings.Contains(body, "1.0.0") {
+			t.Errorf("POST /evaluate with the broker's token: %d %s", code, body)
+		}
+	})
+
+	t.Run("bodies are capped before decoding", func(t *testing.T) {
+		huge := func() io.Reader { return io.LimitReader(zeros{}, 200<<20) }
+		auth := map[string]string{"Authorization": "Bearer " + a.token}
+		if code, _ := send(t, a.ScanEventsURL+"/", huge(), cloudEvent(events.TypeScanRequested, "huge", auth)); code != http.StatusRequestEntityTooLarge {
+			t.Errorf("200 MiB CloudEvent: %d, want 413", code)
+		}
+		if code, _ := send(t, a.PolicyURL+"/", huge(), cloudEvent(events.TypePolicyRequested, "huge", auth)); code != http.StatusRequestEntityTooLarge {
+			t.Errorf("200 MiB CloudEvent to the policy function: %d, want 413", code)
+		}
+		if code, _ := send(t, a.ScanURL+"/hook/distribution/default", huge(), map[string]string{"Authorization": "Bearer " + a.Token}); code != http.StatusRequestEntityTooLarge {
+			t.Errorf("200 MiB webhook: %d, want 413", code)
+		}
+		// Undecodable data is not echoed: the answer repeats a bounded prefix at most.
+		marker := strings.Repeat("UNDECODABLE", 20000)
+		code, body := send(t, a.ScanEventsURL+"/", strings.NewReader(`{"namespace":"`+marker), cloudEvent(events.TypeScanRequested, "bad-data", auth))
+		if code != http.StatusBadRequest || len(body) > 1024 {
+			t.Errorf("undecodable data: %d with a %d-byte answer", code, len(body))
+		}
+		// Attributes over their bound are refused.
+		code, _ = send(t, a.ScanEventsURL+"/", strings.NewReader(scanRequest), cloudEvent(events.TypeScanRequested, strings.Repeat("i", 100000), auth))
+		if code != http.StatusBadRequest {
+			t.Errorf("a 100 kB event id: %d, want 400", code)
+		}
+		a.unchanged(t, before, "oversized input")
+	})
+
+	t.Run("unknown namespaces and wrong tokens look alike and cost one listing", func(t *testing.T) {
+		body := fmt.Sprintf(`{"events":[{"id":"probe","action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","repository":"attack/app","tag":"1.0.0"},"request":{"host":%q}}]}`, a.Registry)
+		wrong := map[string]string{"Authorization": "Bearer " + a.Token + "-wrong"}
+		codeWrong, answerWrong := send(t, a.ScanURL+"/hook/distribution/default", strings.NewReader(body), wrong)
+		codeNone, answerNone := send(t, a.ScanURL+"/hook/distribution/no-such-namespace", strings.NewReader(body), wrong)
+		if codeWrong != http.StatusUnauthorized || codeNone != codeWrong || stripTrace(answerNone) != stripTrace(answerWrong) {
+			t.Errorf("wrong token: %d %s; unknown namespace: %d %s", codeWrong, answerWrong, codeNone, answerNone)
+		}
+		start := a.secretRequests(t)
+		for i := range 300 {
+			send(t, fmt.Sprintf("%s/hook/distribution/probe-%d", a.ScanURL, i), strings.NewReader(body), wrong)
+		}
+		// The listing is renewed at most once per period (10 s): the probes may straddle one
+		// renewal.
+		if n := a.secretRequests(t) - start; n > 2 {
+			t.Errorf("300 probes of unknown namespaces cost %d Secret requests, want at most 2", n)
+		}
+		a.unchanged(t, before, "probes")
+	})
+
+	t.Run("delivery ids are remembered in bounded memory", func(t *testing.T) {
+		// 120 authenticated deliveries whose ids are close to a megabyte each; the tags pushed
+		// do not exist, so the scans they ask for change nothing.
+		for i := range 120 {
+			id := fmt.Sprintf("%d-%s", i, strings.Repeat("x", 1000000))
+			body := fmt.Sprintf(`{"events":[{"id":%q,"action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","repository":"attack/app","tag":"missing-%d"},"request":{"host":%q}}]}`, id, i, a.Registry)
+			code, answer := send(t, a.ScanURL+"/hook/distribution/default", strings.NewReader(body), map[string]string{"Authorization": "Bearer " + a.Token})
+			if code != http.StatusAccepted || len(answer) > 2048 {
+				t.Fatalf("delivery %d: %d with a %d-byte answer", i, code, len(answer))
+			}
+		}
+	})
+
+	t.Run("a 1 MiB envelope of id-less events is parsed in linear time", func(t *testing.T) {
+		var wg sync.WaitGroup
+		for w := range 6 {
+			wg.Go(func() {
+				var b strings.Builder
+				b.WriteString(`{"events":[`)
+				for n := 0; b.Len() < 1<<20-300; n++ {
+					if n > 0 {
+						b.WriteByte(',')
+					}
+					fmt.Fprintf(&b, `{"action":"push","target":{"repository":"attack/app","tag":"w%d-%d"},"request":{"host":%q}}`, w, n, a.Registry)
+				}
+				b.WriteString(`]}`)
+				code, answer := send(t, a.ScanURL+"/hook/distribution/default", strings.NewReader(b.String()), map[string]string{"Authorization": "Bearer " + a.Token})
+				if code != http.StatusAccepted {
+					t.Errorf("envelope %d: %d %s", w, code, answer)
+				}
+			})
+		}
+		wg.Wait()
+	})
+
+	t.Run("a replay with a new unsigned delivery header is a duplicate", func(t *testing.T) {
+		body := fmt.Sprintf(`{"action":"published","package":{"name":"app","package_type":"CONTAINER","owner":{"login":"attack"},"package_version":{"version":"sha256:%064d","package_url":"%s:1.0.0","container_metadata":{"tag":{"name":"1.0.0"}}}}}`, 0, image)
+		mac := hmac.New(sha256.New, []byte(a.Token))
+		mac.Write([]byte(body))
+		headers := func(delivery string) map[string]string {
+			return map[string]string{
+				"X-GitHub-Event": "package", "X-GitHub-Delivery": delivery, "Content-Type": "application/json",
+				"X-Hub-Signature-256": "sha256=" + hex.EncodeToString(mac.Sum(nil)),
+			}
+		}
+		code, answer := send(t, a.ScanURL+"/hook/github/default", strings.NewReader(body), headers("first"))
+		if code != http.StatusAccepted {
+			t.Fatalf("signed GitHub delivery: %d %s", code, answer)
+		}
+		accepted := a.snapshot(t).annotation
+		code, answer = send(t, a.ScanURL+"/hook/github/default", strings.NewReader(body), headers("second"))
+		if code != http.StatusOK || !strings.Contains(answer, "duplicate") {
+			t.Errorf("replay with a new X-GitHub-Delivery: %d %s, want 200 duplicate delivery", code, answer)
+		}
+		if got := a.snapshot(t).annotation; got != accepted {
+			t.Errorf("the replay requested a scan again: annotation %s -> %s", accepted, got)
+		}
+	})
+
+	t.Run("memory stays bounded", func(t *testing.T) {
+		_, peak := a.rss(t)
+		if limit := baseline + 64<<20; peak > limit {
+			t.Errorf("scan function peak RSS %d MiB, over its working set %d MiB + 64 MiB", peak>>20, baseline>>20)
+		}
+		// No log line repeats an attacker's input whole.
+		for _, c := range []string{stack.Scan, stack.Policy} {
+			f, err := os.Open(a.Log(c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc := bufio.NewScanner(f)
+			sc.Buffer(make([]byte, 4<<20), 4<<20)
+			for sc.Scan() {
+				if len(sc.Bytes()) > 8192 {
+					t.Errorf("%s logged a %d-byte line: %.200s", c, len(sc.Bytes()), sc.Text())
+				}
+			}
+			f.Close()
+		}
+	})
+}
+
+// stripTrace removes the trace id from a webhook answer, which differs per request.
+func stripTrace(answer string) string {
+	var a map[string]any
+	if json.Unmarshal([]byte(answer), &a) != nil {
+		return answer
+	}
+	delete(a, "traceId")
+	b, _ := json.Marshal(a)
+	return string(b)
+}
+
+// zeros is an endless reader of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// waitLatest waits until policy's latestRef has tag want.
+func waitLatest(t *testing.T, s *stack.Stack, policy, want string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	last := "<none>"
+	for time.Now().Before(deadline) {
+		p, err := s.Kube.Policies.Get(context.Background(), "default", policy)
+		if err == nil && p.Status.LatestRef != nil {
+			if last = p.Status.LatestRef.Tag; last == want {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("policy %s: latest %s, want %s; logs in %s", policy, last, want, s.Log(stack.Scan))
+}
