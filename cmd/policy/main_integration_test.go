@@ -31,10 +31,14 @@ func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 	c := env.Client(t)
 	ns := env.Namespace(t)
 	dir := t.TempDir()
-	_, err := c.Repositories.Create(ctx, &v1.ImageRepository{
+	repo, err := c.Repositories.Create(ctx, &v1.ImageRepository{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"},
 		Spec:       v1.ImageRepositorySpec{Image: "ghcr.io/org/app", Interval: metav1.Duration{Duration: time.Hour}},
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := reconcile.RepositoryIdentity(repo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +51,7 @@ func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	writer := store.New(dir, store.WithLinger(0))
-	if _, _, err := writer.Put(ctx, reconcile.StoreKey(ns, "app"), []string{"1.0.0", "1.1.0"}, time.Now()); err != nil {
+	if _, _, err := writer.Put(ctx, reconcile.StoreKey(ns, "app"), id, []string{"1.0.0", "1.1.0"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := writer.Close(); err != nil {

@@ -35,6 +35,8 @@ type function struct {
 	ns     string
 	kube   *kube.Client
 	writer *store.Store
+	// id is the identity of the ImageRepository app that setup created.
+	id store.Identity
 }
 
 func newFunction(t *testing.T) *function {
@@ -62,11 +64,14 @@ func newFunction(t *testing.T) *function {
 func (f *function) setup(t *testing.T, tags ...string) {
 	t.Helper()
 	ctx := context.Background()
-	_, err := f.kube.Repositories.Create(ctx, &v1.ImageRepository{
+	repo, err := f.kube.Repositories.Create(ctx, &v1.ImageRepository{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "app"},
 		Spec:       v1.ImageRepositorySpec{Image: "ghcr.io/org/app", Interval: metav1.Duration{Duration: time.Hour}},
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if f.id, err = reconcile.RepositoryIdentity(repo); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"one", "two"} {
@@ -86,7 +91,7 @@ func (f *function) setup(t *testing.T, tags ...string) {
 
 func (f *function) put(t *testing.T, tags ...string) {
 	t.Helper()
-	if _, _, err := f.writer.Put(context.Background(), reconcile.StoreKey(f.ns, "app"), tags, time.Now()); err != nil {
+	if _, _, err := f.writer.Put(context.Background(), reconcile.StoreKey(f.ns, "app"), f.id, tags, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -276,14 +276,19 @@ func TestCronIntegrationStoreCleanup(t *testing.T) {
 	c := env.Client(t)
 	ctx := context.Background()
 	ns := env.Namespace(t)
-	if _, err := c.Repositories.Create(ctx, newRepo(ns, "kept")); err != nil {
+	kept, err := c.Repositories.Create(ctx, newRepo(ns, "kept"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	markScanned(t, c, ns, "kept", time.Now())
+	id, err := reconcile.RepositoryIdentity(kept)
+	if err != nil {
+		t.Fatal(err)
+	}
 	st := store.New(t.TempDir())
 	defer st.Close()
 	for _, name := range []string{"kept", "deleted"} {
-		if _, _, err := st.Put(ctx, reconcile.StoreKey(ns, name), []string{"1.0.0"}, time.Now()); err != nil {
+		if _, _, err := st.Put(ctx, reconcile.StoreKey(ns, name), id, []string{"1.0.0"}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -296,10 +301,10 @@ func TestCronIntegrationStoreCleanup(t *testing.T) {
 	if sum.StoreDeleted < 1 {
 		t.Errorf("summary %+v", sum)
 	}
-	if _, err := st.Get(ctx, reconcile.StoreKey(ns, "deleted")); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.Get(ctx, reconcile.StoreKey(ns, "deleted"), id); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("entry of a deleted repository: %v", err)
 	}
-	if e, err := st.Get(ctx, reconcile.StoreKey(ns, "kept")); err != nil || len(e.Tags) != 1 {
+	if e, err := st.Get(ctx, reconcile.StoreKey(ns, "kept"), id); err != nil || len(e.Tags) != 1 {
 		t.Errorf("entry of a live repository: %+v, %v", e, err)
 	}
 }

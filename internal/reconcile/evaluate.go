@@ -14,7 +14,6 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
-	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/policy"
@@ -198,7 +197,10 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 		return e.fail(ctx, pol, token, v1.AccessDeniedReason, false, fmt.Errorf(
 			"failed to get the referred ImageRepository: access denied: %w", denied))
 	}
-	if _, err := imagename.Parse(repo.Spec.Image, repo.Spec.Insecure); err != nil {
+	// Only tags listed for the repository as it is now may be used: after a recreation or an
+	// edit whose scan has not succeeded yet, the stored ones belong to another image or list.
+	id, err := RepositoryIdentity(repo)
+	if err != nil {
 		return e.fail(ctx, pol, token, v1.ImageURLInvalidReason, true, err)
 	}
 	sel, err := policy.NewSelector(pol.Spec)
@@ -207,10 +209,10 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	}
 
 	key := StoreKey(repoNS, repoName)
-	rev, err := w.revision(key)
+	rev, err := w.revision(key, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return e.failNoTags(ctx, pol, token, repo)
+		return e.failNoTags(ctx, pol, token, repo, err)
 	case err != nil:
 		return e.failStore(ctx, pol, token, err)
 	}
@@ -220,14 +222,14 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 		out.Result = PolicyUnchanged
 		return out, nil
 	}
-	entry, err := w.entry(key)
+	entry, err := w.entry(key, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return e.failNoTags(ctx, pol, token, repo)
+		return e.failNoTags(ctx, pol, token, repo, err)
 	case err != nil:
 		return e.failStore(ctx, pol, token, err)
 	case len(entry.Tags) == 0:
-		return e.failNoTags(ctx, pol, token, repo)
+		return e.failNoTags(ctx, pol, token, repo, nil)
 	}
 	inputs.revision = entry.Revision
 
@@ -362,12 +364,17 @@ func (e *Evaluator) fail(ctx context.Context, pol *v1.ImagePolicy, token, reason
 	return out, nil
 }
 
-// failNoTags reports a repository without stored tags. It never touches latestRef: an empty or
-// lost store (a restart, a fresh volume) must not look like a repository without images.
-func (e *Evaluator) failNoTags(ctx context.Context, pol *v1.ImagePolicy, token string, repo *v1.ImageRepository) (PolicyOutcome, error) {
+// failNoTags reports a repository without stored tags for it as it is now; cause is the store's
+// answer, if any. It never touches latestRef: an empty or lost store (a restart, a fresh volume)
+// must not look like a repository without images, and tags listed for another identity must
+// not be written with this repository's image.
+func (e *Evaluator) failNoTags(ctx context.Context, pol *v1.ImagePolicy, token string, repo *v1.ImageRepository, cause error) (PolicyOutcome, error) {
+	why := "it has not been scanned yet"
+	if errors.Is(cause, store.ErrOtherIdentity) {
+		why = "the stored ones were listed for another object, image or exclusion list; waiting for a scan of its current spec"
+	}
 	return e.fail(ctx, pol, token, v1.DependencyNotReadyReason, false, fmt.Errorf(
-		"no tags in the tag store for %s %s/%s: it has not been scanned yet",
-		v1.ImageRepositoryKind, repo.Namespace, repo.Name))
+		"no tags in the tag store for %s %s/%s: %s", v1.ImageRepositoryKind, repo.Namespace, repo.Name, why))
 }
 
 // failStore reports a tag store that could not be read and returns the read error as well, so

@@ -37,6 +37,9 @@ type evalFixture struct {
 	sink   *latestSink
 	logs   *testenv.LogBuffer
 	ev     *reconcile.Evaluator
+	// ids holds the identity of each repository that repo created, by store key, which put
+	// stores the tags under.
+	ids map[string]store.Identity
 }
 
 func newEvalFixture(t testing.TB) *evalFixture {
@@ -51,6 +54,7 @@ func newEvalFixture(t testing.TB) *evalFixture {
 		rec:    kube.NewRecorder(c.Core, "reflector-policy"),
 		sink:   newLatestSink(t, http.StatusAccepted),
 		logs:   &testenv.LogBuffer{},
+		ids:    map[string]store.Identity{},
 	}
 	t.Cleanup(func() {
 		f.rec.Shutdown()
@@ -72,7 +76,7 @@ func (f *evalFixture) evaluator(t testing.TB) *reconcile.Evaluator {
 }
 
 // repo creates an ImageRepository of image in namespace ns.
-func (f *evalFixture) repo(t testing.TB, ns, name, image string, edits ...func(*v1.ImageRepository)) {
+func (f *evalFixture) repo(t testing.TB, ns, name, image string, edits ...func(*v1.ImageRepository)) *v1.ImageRepository {
 	t.Helper()
 	r := &v1.ImageRepository{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -85,9 +89,23 @@ func (f *evalFixture) repo(t testing.TB, ns, name, image string, edits ...func(*
 	for _, e := range edits {
 		e(r)
 	}
-	if _, err := f.kube.Repositories.Create(context.Background(), r); err != nil {
+	created, err := f.kube.Repositories.Create(context.Background(), r)
+	if err != nil {
 		t.Fatal(err)
 	}
+	f.ids[reconcile.StoreKey(ns, name)] = identity(t, created)
+	return created
+}
+
+// identity returns the identity a scan of r stores its tags under. A repository that no scan
+// accepts (an invalid image) gets one of its UID and raw image, as tests still store tags for it.
+func identity(t testing.TB, r *v1.ImageRepository) store.Identity {
+	t.Helper()
+	id, err := reconcile.RepositoryIdentity(r)
+	if err != nil {
+		return store.Identity{UID: string(r.UID), Image: r.Spec.Image}
+	}
+	return id
 }
 
 // policy creates an ImagePolicy in namespace ns.
@@ -112,10 +130,16 @@ func (f *evalFixture) edit(t testing.TB, ns, name string, change func(*v1.ImageP
 	}
 }
 
-// put stores tags for the repository ns/name, as a scan does.
+// put stores tags for the repository ns/name as repo created it, as a scan does. A repository
+// that does not exist gets an identity of its own.
 func (f *evalFixture) put(t testing.TB, ns, name string, tags ...string) {
 	t.Helper()
-	if _, _, err := f.writer.Put(context.Background(), reconcile.StoreKey(ns, name), tags, time.Now()); err != nil {
+	key := reconcile.StoreKey(ns, name)
+	id, ok := f.ids[key]
+	if !ok {
+		id = store.Identity{UID: "never-created", Image: "ghcr.io/org/never-created"}
+	}
+	if _, _, err := f.writer.Put(context.Background(), key, id, tags, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -128,7 +128,7 @@ func TestEvaluateIntegrationRules(t *testing.T) {
 			}
 			if tc.tag != "" {
 				// The cron reconciler finds lost TagsChanged events by this revision.
-				rev, err := f.writer.Revision(context.Background(), reconcile.StoreKey(f.ns, tc.name))
+				rev, err := f.writer.Revision(context.Background(), reconcile.StoreKey(f.ns, tc.name), f.ids[reconcile.StoreKey(f.ns, tc.name)])
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -107,21 +107,22 @@ func (w *policyWorld) namespaceLabels(ctx context.Context, namespace string) (la
 	})
 }
 
-// revision returns the revision stored under key without reading the tags, which an evaluation
-// that turns out to be unchanged never needs.
-func (w *policyWorld) revision(key string) (string, error) {
+// revision returns the revision stored under key for id without reading the tags, which an
+// evaluation that turns out to be unchanged never needs. id is derived from the repository this
+// world read for key, so it is the same for every evaluation that shares the cached answer.
+func (w *policyWorld) revision(key string, id store.Identity) (string, error) {
 	return load(w, w.revisions, key, func() (string, error) {
 		ctx, cancel := context.WithTimeout(w.ctx, w.wait)
 		defer cancel()
-		return w.e.Store.Revision(ctx, key)
+		return w.e.Store.Revision(ctx, key, id)
 	})
 }
 
-func (w *policyWorld) entry(key string) (store.Entry, error) {
+func (w *policyWorld) entry(key string, id store.Identity) (store.Entry, error) {
 	return load(w, w.entries, key, func() (store.Entry, error) {
 		ctx, cancel := context.WithTimeout(w.ctx, w.wait)
 		defer cancel()
-		return w.e.Store.Get(ctx, key)
+		return w.e.Store.Get(ctx, key, id)
 	})
 }
 

@@ -14,7 +14,6 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
-	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/registry"
@@ -39,7 +38,8 @@ type ScanOutcome struct {
 	// Revision and TagCount describe the stored tag list after the scan.
 	Revision string `json:"revision,omitempty"`
 	TagCount int    `json:"tagCount,omitempty"`
-	// Changed tells that the tag list differs from the one the status reported before.
+	// Changed tells that the tag list differs from the one the status reported before or from
+	// the one stored; a stored list of another identity, or none, counts as different.
 	Changed bool `json:"changed,omitempty"`
 	// Failure is the reason of a failed scan, which the status records; Stalled tells that
 	// only a spec change can cure it.
@@ -188,20 +188,24 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 	}
 	token := repo.Annotations[v1.ReconcileRequestAnnotation]
 
-	canonical, err := imagename.Canonical(repo.Spec.Image, repo.Spec.Insecure)
+	id, err := RepositoryIdentity(repo)
 	if err != nil {
 		return s.fail(ctx, repo, token, v1.ImageURLInvalidReason, true, err)
 	}
+	canonical := id.Image
 	sc, err := s.Registry.Prepare(ctx, s.Kube.Core, repo)
 	if err != nil {
 		return s.fail(ctx, repo, token, registry.Reason(err), registry.Stalled(err), err)
 	}
 	defer sc.Close()
 
-	var entry store.Entry
+	var (
+		entry   store.Entry
+		written bool
+	)
 	incremental := hint != nil && len(hint.Tags) > 0 && s.specScanned(repo, canonical)
 	if incremental {
-		entry, incremental, err = s.addPushed(ctx, sc, key, hint.Tags)
+		entry, incremental, err = s.addPushed(ctx, sc, key, id, hint.Tags)
 		if err != nil {
 			return out, err
 		}
@@ -209,9 +213,11 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 	if !incremental {
 		res, err := sc.ListTags(ctx)
 		if err != nil {
+			// The entry keeps the identity it was listed for, so evaluations of an edited
+			// repository wait for a successful scan rather than use it.
 			return s.fail(ctx, repo, token, registry.Reason(err), registry.Stalled(err), err)
 		}
-		if entry, _, err = s.Store.Put(ctx, key, res.Tags, s.now()); err != nil {
+		if entry, written, err = s.Store.Put(ctx, key, id, res.Tags, s.now()); err != nil {
 			return out, fmt.Errorf("storing the tags of %s: %w", key, err)
 		}
 	}
@@ -220,7 +226,10 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 	if repo.Status.LastScanResult != nil {
 		prev = repo.Status.LastScanResult.Revision
 	}
-	out = ScanOutcome{Incremental: incremental, Revision: entry.Revision, TagCount: len(entry.Tags), Changed: entry.Revision != prev}
+	// A list that replaced none, or one of another identity, is news to the policies even with
+	// the revision the status shows: they are waiting for it.
+	changed := entry.Revision != prev || written
+	out = ScanOutcome{Incremental: incremental, Revision: entry.Revision, TagCount: len(entry.Tags), Changed: changed}
 	message := fmt.Sprintf("successful scan: found %d tags", len(entry.Tags))
 	updated, err := s.Kube.Repositories.UpdateStatus(ctx, namespace, name, func(r *v1.ImageRepository) error {
 		r.Status.ObservedGeneration = repo.Generation
@@ -267,8 +276,8 @@ func (s *Scanner) specScanned(repo *v1.ImageRepository, canonical string) bool {
 
 // addPushed confirms each pushed tag with a HEAD request and adds those that exist and that
 // the exclusion list keeps. It reports false when a full listing must be done instead: the
-// store holds no list to add to, or the registry could not confirm a tag.
-func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, tags []string) (store.Entry, bool, error) {
+// store holds no list of identity id to add to, or the registry could not confirm a tag.
+func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, id store.Identity, tags []string) (store.Entry, bool, error) {
 	var confirmed []string
 	for _, tag := range tags {
 		if sc.Excluded(tag) || slices.Contains(confirmed, tag) {
@@ -284,10 +293,11 @@ func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, 
 		err   error
 	)
 	if len(confirmed) == 0 {
-		entry, err = s.Store.Get(ctx, key)
+		entry, err = s.Store.Get(ctx, key, id)
 	} else {
-		entry, _, err = s.Store.AddTags(ctx, key, confirmed)
+		entry, _, err = s.Store.AddTags(ctx, key, id, confirmed)
 	}
+	// Also ErrOtherIdentity: a list taken for another object or spec is no base to add to.
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Entry{}, false, nil
 	}

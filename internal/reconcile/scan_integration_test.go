@@ -71,6 +71,12 @@ func (f *scanFixture) get(t *testing.T, name string) *v1.ImageRepository {
 	return r
 }
 
+// identity returns the identity of the repository name as it is now.
+func (f *scanFixture) identity(t *testing.T, name string) store.Identity {
+	t.Helper()
+	return identity(t, f.get(t, name))
+}
+
 func (f *scanFixture) tagListings() int {
 	n := 0
 	for _, r := range f.reg.Requests() {
@@ -148,7 +154,7 @@ func TestScanIntegrationFullThenIncremental(t *testing.T) {
 	if out.Incremental || out.TagCount != 3 || out.Changed || f.tagListings() != listings+1 {
 		t.Errorf("forged tag: %+v, %d listings", out, f.tagListings()-listings)
 	}
-	entry, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, "app"))
+	entry, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, "app"), f.identity(t, "app"))
 	if err != nil || fmt.Sprint(entry.Tags) != "[1.0.0 1.1.0 1.2.0]" {
 		t.Errorf("stored %v, %v", entry.Tags, err)
 	}
@@ -185,7 +191,7 @@ func TestScanIntegrationFailuresKeepWhatWasStored(t *testing.T) {
 	if st.LastScanResult == nil || st.LastScanResult.Revision != good.Revision {
 		t.Errorf("a failed scan changed lastScanResult to %+v", st.LastScanResult)
 	}
-	entry, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, "app"))
+	entry, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, "app"), f.identity(t, "app"))
 	if err != nil || fmt.Sprint(entry.Tags) != "[1.0.0]" {
 		t.Errorf("a failed scan changed the store: %v, %v", entry.Tags, err)
 	}
@@ -239,7 +245,7 @@ func TestScanIntegrationDeletedRepositoryLosesItsEntry(t *testing.T) {
 	f := newScanFixture(t)
 	ctx := context.Background()
 	f.reg.Push(t, "gone", "1.0.0")
-	f.createRepo(t, "gone")
+	gone := identity(t, f.createRepo(t, "gone"))
 	if _, err := f.scanner.Scan(ctx, f.ns, "gone", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +256,7 @@ func TestScanIntegrationDeletedRepositoryLosesItsEntry(t *testing.T) {
 	if err != nil || out.Skipped != reconcile.SkippedDeleted {
 		t.Fatalf("%+v, %v", out, err)
 	}
-	if _, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, "gone")); !errors.Is(err, store.ErrNotFound) {
+	if _, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, "gone"), gone); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("store entry of a deleted repository: %v", err)
 	}
 }

@@ -19,7 +19,7 @@ func BenchmarkAcquire(b *testing.B) {
 	b.Run("open", func(b *testing.B) {
 		s := New(b.TempDir(), WithLinger(time.Hour))
 		defer s.Close()
-		if _, _, err := s.Put(ctx, "ns/a", manyTags(100, "v"), time.Now()); err != nil {
+		if _, _, err := s.Put(ctx, "ns/a", testID, manyTags(100, "v"), time.Now()); err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {
@@ -49,7 +49,7 @@ func BenchmarkAcquire(b *testing.B) {
 			dir := b.TempDir()
 			seed := New(dir, mode.badger...)
 			for i := range 100 {
-				if _, _, err := seed.Put(ctx, fmt.Sprintf("ns/r%d", i), manyTags(1000, "v"), time.Now()); err != nil {
+				if _, _, err := seed.Put(ctx, fmt.Sprintf("ns/r%d", i), testID, manyTags(1000, "v"), time.Now()); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -62,7 +62,7 @@ func BenchmarkAcquire(b *testing.B) {
 			for b.Loop() {
 				start := time.Now()
 				s := New(dir, opts...)
-				if _, err := s.Revision(ctx, "ns/r1"); err != nil {
+				if _, err := s.Revision(ctx, "ns/r1", testID); err != nil {
 					b.Fatal(err)
 				}
 				if err := s.Close(); err != nil {
@@ -82,11 +82,11 @@ func BenchmarkGet100k(b *testing.B) {
 	ctx := context.Background()
 	s := New(b.TempDir(), WithLinger(time.Hour))
 	defer s.Close()
-	if _, _, err := s.Put(ctx, "ns/big", manyTags(100_000, "v"), time.Now()); err != nil {
+	if _, _, err := s.Put(ctx, "ns/big", testID, manyTags(100_000, "v"), time.Now()); err != nil {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		if _, err := s.Get(ctx, "ns/big"); err != nil {
+		if _, err := s.Get(ctx, "ns/big", testID); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -99,7 +99,7 @@ func BenchmarkPut100k(b *testing.B) {
 	lists := [][]string{manyTags(100_000, "v"), manyTags(100_000, "w")}
 	i := 0
 	for b.Loop() {
-		if _, _, err := s.Put(ctx, "ns/big", lists[i%2], time.Now()); err != nil {
+		if _, _, err := s.Put(ctx, "ns/big", testID, lists[i%2], time.Now()); err != nil {
 			b.Fatal(err)
 		}
 		i++
@@ -130,7 +130,7 @@ func BenchmarkHandover(b *testing.B) {
 			}
 			seed := New(dir)
 			for _, k := range []string{"ns/put", "ns/add"} {
-				if _, _, err := seed.Put(ctx, k, genTags(0, smallGen(0)), time.Now()); err != nil {
+				if _, _, err := seed.Put(ctx, k, testID, genTags(0, smallGen(0)), time.Now()); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -150,7 +150,7 @@ func BenchmarkHandover(b *testing.B) {
 			for b.Loop() {
 				start := time.Now()
 				wctx, cancel := context.WithTimeout(ctx, time.Second)
-				_, _, err := s.Put(wctx, "ns/put", genTags(g, smallGen(g)), time.Now())
+				_, _, err := s.Put(wctx, "ns/put", testID, genTags(g, smallGen(g)), time.Now())
 				cancel()
 				if errors.Is(err, ErrLocked) {
 					timeouts++

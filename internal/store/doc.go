@@ -13,8 +13,14 @@
 // Each entry is two Badger keys written in one transaction, so a reader sees
 // either the old entry or the new one:
 //
-//	meta/<namespace>/<name>  {"revision":"sha256:…","scanTime":"…"}
+//	meta/<namespace>/<name>  {"revision":"sha256:…","scanTime":"…","identity":{…}}
 //	tags/<namespace>/<name>  ["tag-a","tag-b",…] (sorted, without duplicates)
+//
+// The identity is what the tags were listed for ([Identity]: the object's
+// UID, the canonical image, and what else decides the list). Reads and
+// incremental adds name the identity they expect and treat an entry of
+// another one, or of none, as missing ([ErrOtherIdentity]): the store may be
+// stale or empty, but never answers an object with tags listed for another.
 //
 // The revision is "sha256:" followed by the lower-case hex SHA-256 of the
 // stored tags value, that is of the compact JSON array of the sorted,

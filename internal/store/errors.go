@@ -1,10 +1,22 @@
 package store
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrNotFound is returned when the store holds no entry for a key.
 	ErrNotFound = errors.New("no entry in the tag store")
+
+	// ErrOtherIdentity is returned when the entry of a key was listed for
+	// another identity than the caller's. It wraps ErrNotFound: for that
+	// caller there are no tags yet.
+	ErrOtherIdentity = fmt.Errorf("%w listed for this identity", ErrNotFound)
+
+	// ErrIncompleteIdentity is returned by writes whose identity lacks the
+	// UID or the image.
+	ErrIncompleteIdentity = errors.New("tag store identity needs a UID and an image")
 
 	// ErrLocked is returned when another process held the directory for the
 	// whole time the caller's context allowed.

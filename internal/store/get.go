@@ -9,9 +9,10 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
-// Get returns the entry stored for key ("namespace/name"), or an error
-// wrapping ErrNotFound when there is none.
-func (s *Store) Get(ctx context.Context, key string) (Entry, error) {
+// Get returns the entry stored for key ("namespace/name") if it was listed
+// for id, or an error wrapping ErrNotFound when there is none (wrapping
+// ErrOtherIdentity too when there is one listed for another identity).
+func (s *Store) Get(ctx context.Context, key string, id Identity) (Entry, error) {
 	if err := checkKey(key); err != nil {
 		return Entry{}, err
 	}
@@ -22,15 +23,15 @@ func (s *Store) Get(ctx context.Context, key string) (Entry, error) {
 	defer s.release()
 	var e Entry
 	err = db.View(func(txn *badger.Txn) error {
-		e, err = readEntry(txn, key)
+		e, err = readEntry(txn, key, id)
 		return err
 	})
 	return e, s.keyError(key, err)
 }
 
-// Revision returns the revision stored for key without reading its tags, or
-// an error wrapping ErrNotFound.
-func (s *Store) Revision(ctx context.Context, key string) (string, error) {
+// Revision returns the revision stored for key without reading its tags, if
+// it was listed for id, or an error wrapping ErrNotFound as Get does.
+func (s *Store) Revision(ctx context.Context, key string, id Identity) (string, error) {
 	if err := checkKey(key); err != nil {
 		return "", err
 	}
@@ -41,7 +42,7 @@ func (s *Store) Revision(ctx context.Context, key string) (string, error) {
 	defer s.release()
 	var m meta
 	err = db.View(func(txn *badger.Txn) error {
-		m, err = readMeta(txn, key)
+		m, err = readMetaOf(txn, key, id)
 		return err
 	})
 	return m.Revision, s.keyError(key, err)
@@ -90,10 +91,23 @@ func readMeta(txn *badger.Txn, key string) (meta, error) {
 	return m, err
 }
 
-// readEntry reads the whole entry of key within one transaction, so that
-// metadata and tags belong to the same write.
-func readEntry(txn *badger.Txn, key string) (Entry, error) {
+// readMetaOf reads the metadata of key if it was listed for id; an entry of
+// another identity is ErrOtherIdentity.
+func readMetaOf(txn *badger.Txn, key string, id Identity) (meta, error) {
 	m, err := readMeta(txn, key)
+	if err != nil {
+		return meta{}, err
+	}
+	if !m.Identity.matches(id) {
+		return meta{}, ErrOtherIdentity
+	}
+	return m, nil
+}
+
+// readEntry reads the whole entry of key, if it was listed for id, within
+// one transaction, so that metadata and tags belong to the same write.
+func readEntry(txn *badger.Txn, key string, id Identity) (Entry, error) {
+	m, err := readMetaOf(txn, key, id)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -112,7 +126,7 @@ func readEntry(txn *badger.Txn, key string) (Entry, error) {
 		}
 		return nil
 	})
-	return Entry{Tags: tags, Revision: m.Revision, ScanTime: m.ScanTime}, err
+	return Entry{Tags: tags, Revision: m.Revision, ScanTime: m.ScanTime, Identity: m.Identity}, err
 }
 
 // keyError names the store and key in an error from a transaction.

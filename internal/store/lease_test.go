@@ -15,7 +15,7 @@ func TestConcurrentCallsShareOneOpen(t *testing.T) {
 	s := newTestStore(t, WithLinger(time.Hour))
 	const workers, rounds = 16, 50
 	for k := range 4 {
-		if _, _, err := s.Put(ctx, fmt.Sprintf("ns/r%d", k), []string{"base"}, time.Now()); err != nil {
+		if _, _, err := s.Put(ctx, fmt.Sprintf("ns/r%d", k), testID, []string{"base"}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -28,10 +28,10 @@ func TestConcurrentCallsShareOneOpen(t *testing.T) {
 				var err error
 				switch i % 4 {
 				case 0, 1:
-					_, _, err = s.AddTags(ctx, key, []string{fmt.Sprintf("w%d-%d", w, i)})
+					_, _, err = s.AddTags(ctx, key, testID, []string{fmt.Sprintf("w%d-%d", w, i)})
 				case 2:
 					var e Entry
-					if e, err = s.Get(ctx, key); err == nil && e.Revision != RevisionOf(e.Tags) {
+					if e, err = s.Get(ctx, key, testID); err == nil && e.Revision != RevisionOf(e.Tags) {
 						err = fmt.Errorf("torn entry %s", key)
 					}
 				case 3:
@@ -50,7 +50,7 @@ func TestConcurrentCallsShareOneOpen(t *testing.T) {
 	}
 	var all []string
 	for k := range 4 {
-		e, err := s.Get(ctx, fmt.Sprintf("ns/r%d", k))
+		e, err := s.Get(ctx, fmt.Sprintf("ns/r%d", k), testID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,11 +75,11 @@ func TestConcurrentCallsShareOneOpen(t *testing.T) {
 func TestLingerCloses(t *testing.T) {
 	ctx := testCtx(t)
 	s := newTestStore(t, WithLinger(20*time.Millisecond))
-	if _, _, err := s.Put(ctx, "ns/a", []string{"v1"}, time.Now()); err != nil {
+	if _, _, err := s.Put(ctx, "ns/a", testID, []string{"v1"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	waitIdle(t, s)
-	if _, err := s.Get(ctx, "ns/a"); err != nil {
+	if _, err := s.Get(ctx, "ns/a", testID); err != nil {
 		t.Fatal(err)
 	}
 	s.mu.Lock()

@@ -30,10 +30,10 @@ func TestProcessesShareDirectory(t *testing.T) {
 		n = 300
 	}
 	s := New(dir)
-	if _, _, err := s.Put(ctx, "ns/put", genTags(0, smallGen(0)), time.Now()); err != nil {
+	if _, _, err := s.Put(ctx, "ns/put", testID, genTags(0, smallGen(0)), time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Put(ctx, "ns/add", []string{"base"}, time.Now()); err != nil {
+	if _, _, err := s.Put(ctx, "ns/add", testID, []string{"base"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -54,14 +54,14 @@ func TestProcessesShareDirectory(t *testing.T) {
 
 	r := New(dir, ReadOnly())
 	defer r.Close()
-	e, err := r.Get(ctx, "ns/put")
+	e, err := r.Get(ctx, "ns/put", testID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if g, err := checkGen(e, smallGen); err != nil || g != n/2 {
 		t.Errorf("final ns/put is generation %d (%v), want %d", g, err, n/2)
 	}
-	added, err := r.Get(ctx, "ns/add")
+	added, err := r.Get(ctx, "ns/add", testID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestKilledWriterRecovers(t *testing.T) {
 		}
 
 		r := New(dir, ReadOnly())
-		e, err := r.Get(ctx, "ns/big")
+		e, err := r.Get(ctx, "ns/big", testID)
 		if err != nil {
 			t.Fatalf("round %d: reader after SIGKILL: %v", round, err)
 		}
@@ -144,7 +144,7 @@ func TestKilledWriterRecovers(t *testing.T) {
 	// A writer works on the recovered directory.
 	s := New(dir)
 	defer s.Close()
-	if _, _, err := s.AddTags(ctx, "ns/big", []string{"after-recovery"}); err != nil {
+	if _, _, err := s.AddTags(ctx, "ns/big", testID, []string{"after-recovery"}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -161,7 +161,7 @@ func TestLockedUntilDeadline(t *testing.T) {
 		s := New(dir, opts...)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		start := time.Now()
-		_, err := s.Get(ctx, "ns/a")
+		_, err := s.Get(ctx, "ns/a", testID)
 		cancel()
 		if !errors.Is(err, ErrLocked) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), dir) {
 			t.Errorf("Get on a held directory = %v; want ErrLocked naming %s", err, dir)
@@ -178,7 +178,7 @@ func TestLockedUntilDeadline(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		_, err := s.Get(ctx, "ns/a")
+		_, err := s.Get(ctx, "ns/a", testID)
 		got <- err
 	}()
 	time.Sleep(100 * time.Millisecond)
@@ -220,7 +220,7 @@ func TestCorruptDirectory(t *testing.T) {
 	ctx := testCtx(t)
 	dir := filepath.Join(t.TempDir(), "tags")
 	s := New(dir)
-	if _, _, err := s.Put(ctx, "ns/a", []string{"v1"}, time.Now()); err != nil {
+	if _, _, err := s.Put(ctx, "ns/a", testID, []string{"v1"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -232,7 +232,7 @@ func TestCorruptDirectory(t *testing.T) {
 
 	for _, opts := range [][]Option{nil, {ReadOnly()}} {
 		s := New(dir, opts...)
-		_, err := s.Get(ctx, "ns/a")
+		_, err := s.Get(ctx, "ns/a", testID)
 		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), dir) {
 			t.Errorf("Get on a damaged directory = %v, want ErrCorrupt naming it", err)
 		}
@@ -241,10 +241,10 @@ func TestCorruptDirectory(t *testing.T) {
 
 	s = New(dir, RebuildOnCorruption())
 	defer s.Close()
-	if _, err := s.Get(ctx, "ns/a"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Get(ctx, "ns/a", testID); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get after rebuild = %v, want ErrNotFound", err)
 	}
-	if _, _, err := s.Put(ctx, "ns/a", []string{"v2"}, time.Now()); err != nil {
+	if _, _, err := s.Put(ctx, "ns/a", testID, []string{"v2"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	aside, _ := filepath.Glob(dir + ".corrupt-*")

@@ -9,19 +9,22 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
-// Put replaces the tags of key with a full listing taken at scanTime. The
-// list is stored sorted and without duplicates. changed reports whether the
-// revision differs from the stored one (or nothing was stored), which is
-// when policies need evaluating again.
-func (s *Store) Put(ctx context.Context, key string, tags []string, scanTime time.Time) (e Entry, changed bool, err error) {
+// Put replaces the entry of key with a full listing taken at scanTime for
+// id. The list is stored sorted and without duplicates. changed reports
+// whether the revision or the identity differs from the stored one (or
+// nothing was stored), which is when policies need evaluating again.
+func (s *Store) Put(ctx context.Context, key string, id Identity, tags []string, scanTime time.Time) (e Entry, changed bool, err error) {
 	if err := checkKey(key); err != nil {
 		return Entry{}, false, err
+	}
+	if !id.complete() {
+		return Entry{}, false, s.keyError(key, ErrIncompleteIdentity)
 	}
 	// Sorting and encoding happen before taking the directory.
 	sorted := normalize(tags)
 	value, rev := encodeTags(sorted)
-	e = Entry{Tags: sorted, Revision: rev, ScanTime: scanTime.UTC()}
-	metaValue := encodeMeta(meta{Revision: rev, ScanTime: e.ScanTime})
+	e = Entry{Tags: sorted, Revision: rev, ScanTime: scanTime.UTC(), Identity: id}
+	metaValue := encodeMeta(meta{Revision: rev, ScanTime: e.ScanTime, Identity: id})
 
 	db, err := s.acquire(ctx, true)
 	if err != nil {
@@ -33,11 +36,12 @@ func (s *Store) Put(ctx context.Context, key string, tags []string, scanTime tim
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
-		changed = err != nil || old.Revision != rev
+		sameList := err == nil && old.Revision == rev
+		changed = !sameList || old.Identity != id
 		if err := txn.Set(metaKey(key), metaValue); err != nil {
 			return err
 		}
-		if !changed {
+		if sameList {
 			// Rewriting an unchanged list would only feed the value log.
 			return nil
 		}
@@ -51,11 +55,15 @@ func (s *Store) Put(ctx context.Context, key string, tags []string, scanTime tim
 
 // AddTags adds tags to the entry of key in one transaction, as a push event
 // does, keeping its scan time. It returns the resulting entry and whether
-// any tag was new. A key without an entry is ErrNotFound: a partial list
-// must never stand in for a full listing, so the first write is Put's.
-func (s *Store) AddTags(ctx context.Context, key string, tags []string) (e Entry, changed bool, err error) {
+// any tag was new. A key without an entry is ErrNotFound, and one listed for
+// another identity than id is ErrOtherIdentity: a partial list must never
+// stand in for a full listing, so the first write for an identity is Put's.
+func (s *Store) AddTags(ctx context.Context, key string, id Identity, tags []string) (e Entry, changed bool, err error) {
 	if err := checkKey(key); err != nil {
 		return Entry{}, false, err
+	}
+	if !id.complete() {
+		return Entry{}, false, s.keyError(key, ErrIncompleteIdentity)
 	}
 	db, err := s.acquire(ctx, true)
 	if err != nil {
@@ -63,7 +71,7 @@ func (s *Store) AddTags(ctx context.Context, key string, tags []string) (e Entry
 	}
 	defer s.release()
 	err = update(ctx, db, func(txn *badger.Txn) error {
-		cur, err := readEntry(txn, key)
+		cur, err := readEntry(txn, key, id)
 		if err != nil {
 			return err
 		}
@@ -73,8 +81,8 @@ func (s *Store) AddTags(ctx context.Context, key string, tags []string) (e Entry
 			return nil
 		}
 		value, rev := encodeTags(merged)
-		e = Entry{Tags: merged, Revision: rev, ScanTime: cur.ScanTime}
-		if err := txn.Set(metaKey(key), encodeMeta(meta{Revision: rev, ScanTime: cur.ScanTime})); err != nil {
+		e = Entry{Tags: merged, Revision: rev, ScanTime: cur.ScanTime, Identity: id}
+		if err := txn.Set(metaKey(key), encodeMeta(meta{Revision: rev, ScanTime: cur.ScanTime, Identity: id})); err != nil {
 			return err
 		}
 		return txn.Set(tagsKey(key), value)

@@ -16,6 +16,35 @@ type Entry struct {
 	Revision string
 	// ScanTime is when the list was last written by Put.
 	ScanTime time.Time
+	// Identity is what the list was listed for.
+	Identity Identity
+}
+
+// Identity is what a tag list was listed for. An entry answers only a caller
+// that asks with the same identity, so that a list never serves an object it
+// was not listed for: a recreated ImageRepository of the same name, an edited
+// spec.image or exclusion list whose next scan has not succeeded yet.
+type Identity struct {
+	// UID is the ImageRepository's metadata.uid.
+	UID string `json:"uid"`
+	// Image is the canonical name of the image listed.
+	Image string `json:"image"`
+	// Listing identifies the rest of the spec that decides which tags are
+	// listed and kept, such as the exclusion list; its form is the caller's.
+	Listing string `json:"listing,omitempty"`
+}
+
+// complete tells whether id says what it is about; an entry is never
+// written, nor matched, without UID and image.
+func (id Identity) complete() bool {
+	return id.UID != "" && id.Image != ""
+}
+
+// matches tells whether an entry stored under id answers a caller asking
+// with want. Entries written before identities were recorded have none and
+// match nothing, which costs one full scan.
+func (id Identity) matches(want Identity) bool {
+	return id.complete() && id == want
 }
 
 // Key prefixes. Keeping the small metadata apart from the tags lets
@@ -29,6 +58,7 @@ const (
 type meta struct {
 	Revision string    `json:"revision"`
 	ScanTime time.Time `json:"scanTime"`
+	Identity Identity  `json:"identity"`
 }
 
 func metaKey(key string) []byte { return []byte(metaPrefix + key) }
@@ -52,7 +82,7 @@ func decodeMeta(b []byte) (meta, error) {
 }
 
 func encodeMeta(m meta) []byte {
-	// Marshalling two strings cannot fail.
+	// Marshalling strings and a time cannot fail.
 	b, _ := json.Marshal(m)
 	return b
 }

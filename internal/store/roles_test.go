@@ -50,9 +50,9 @@ func writerRole(dir, arg string) int {
 		start := time.Now()
 		var err error
 		if id == "a" && i%2 == 0 {
-			_, _, err = s.Put(ctx, "ns/put", genTags(i/2+1, smallGen(i/2+1)), time.Now())
+			_, _, err = s.Put(ctx, "ns/put", testID, genTags(i/2+1, smallGen(i/2+1)), time.Now())
 		} else {
-			_, _, err = s.AddTags(ctx, "ns/add", []string{fmt.Sprintf("%s-%d", id, i)})
+			_, _, err = s.AddTags(ctx, "ns/add", testID, []string{fmt.Sprintf("%s-%d", id, i)})
 		}
 		cancel()
 		lat = append(lat, time.Since(start))
@@ -84,10 +84,10 @@ func readerRole(dir, arg string) int {
 	for !stopped(stop) {
 		ctx, cancel := opCtx()
 		start := time.Now()
-		e, err := s.Get(ctx, "ns/put")
+		e, err := s.Get(ctx, "ns/put", testID)
 		var a Entry
 		if err == nil {
-			a, err = s.Get(ctx, "ns/add")
+			a, err = s.Get(ctx, "ns/add", testID)
 		}
 		cancel()
 		if d := time.Since(start); d > time.Millisecond {
@@ -128,7 +128,7 @@ func bigWriterRole(dir string) int {
 	s := New(dir)
 	for g := 1; ; g++ {
 		ctx, cancel := opCtx()
-		_, _, err := s.Put(ctx, "ns/big", genTags(g, bigGen(g)), time.Now())
+		_, _, err := s.Put(ctx, "ns/big", testID, genTags(g, bigGen(g)), time.Now())
 		cancel()
 		if err != nil {
 			return fail("bigwriter generation %d: %v", g, err)
@@ -159,7 +159,7 @@ func sigtermRole(dir string) int {
 	CloseOnSignal(s)
 	for i := 0; ; i++ {
 		ctx, cancel := opCtx()
-		_, _, err := s.Put(ctx, fmt.Sprintf("ns/k%d", i%10), genTags(i, 1000), time.Now())
+		_, _, err := s.Put(ctx, fmt.Sprintf("ns/k%d", i%10), testID, genTags(i, 1000), time.Now())
 		cancel()
 		if err != nil {
 			// Calls after the signal fail with ErrClosed until the signal,
@@ -200,7 +200,7 @@ func rssRole(dir, arg string) int {
 		for j := range tags {
 			tags[j] = fmt.Sprintf("v1.%d.%d-%07x", j/100, j%100, r*1000+j)
 		}
-		_, _, err := s.Put(ctx, fmt.Sprintf("ns%d/repo%d", r%50, r), tags, time.Now())
+		_, _, err := s.Put(ctx, fmt.Sprintf("ns%d/repo%d", r%50, r), testID, tags, time.Now())
 		cancel()
 		if err != nil {
 			return fail("rss: %v", err)

@@ -31,6 +31,10 @@ func newTestStore(t testing.TB, opts ...Option) *Store {
 	return s
 }
 
+// testID is the identity that tests which are not about identities write
+// and read with.
+var testID = Identity{UID: "7c8d0e2a-uid", Image: "ghcr.io/org/app", Listing: "listing-1"}
+
 // manyTags returns n distinct tags shaped like real ones.
 func manyTags(n int, prefix string) []string {
 	tags := make([]string, n)
@@ -45,28 +49,28 @@ func TestPutGetRoundTrip(t *testing.T) {
 	s := newTestStore(t)
 	scan := time.Date(2025, 3, 4, 5, 6, 7, 8, time.UTC)
 
-	e, changed, err := s.Put(ctx, "apps/podinfo", []string{"v2", "v1", "v2", "latest"}, scan)
+	e, changed, err := s.Put(ctx, "apps/podinfo", testID, []string{"v2", "v1", "v2", "latest"}, scan)
 	if err != nil || !changed {
 		t.Fatalf("Put = %v, changed %v", err, changed)
 	}
-	want := Entry{Tags: []string{"latest", "v1", "v2"}, Revision: RevisionOf([]string{"v1", "v2", "latest"}), ScanTime: scan}
+	want := Entry{Tags: []string{"latest", "v1", "v2"}, Revision: RevisionOf([]string{"v1", "v2", "latest"}), ScanTime: scan, Identity: testID}
 	if !entriesEqual(e, want) {
 		t.Fatalf("Put returned %+v, want %+v", e, want)
 	}
-	got, err := s.Get(ctx, "apps/podinfo")
+	got, err := s.Get(ctx, "apps/podinfo", testID)
 	if err != nil || !entriesEqual(got, want) {
 		t.Fatalf("Get = %+v, %v; want %+v", got, err, want)
 	}
-	rev, err := s.Revision(ctx, "apps/podinfo")
+	rev, err := s.Revision(ctx, "apps/podinfo", testID)
 	if err != nil || rev != want.Revision {
 		t.Fatalf("Revision = %q, %v; want %q", rev, err, want.Revision)
 	}
 
-	_, changed, err = s.Put(ctx, "apps/podinfo", []string{"latest", "v1", "v2"}, scan.Add(time.Minute))
+	_, changed, err = s.Put(ctx, "apps/podinfo", testID, []string{"latest", "v1", "v2"}, scan.Add(time.Minute))
 	if err != nil || changed {
 		t.Fatalf("Put of the same list: changed %v, %v", changed, err)
 	}
-	got, _ = s.Get(ctx, "apps/podinfo")
+	got, _ = s.Get(ctx, "apps/podinfo", testID)
 	if !got.ScanTime.Equal(scan.Add(time.Minute)) {
 		t.Errorf("ScanTime = %v, want the new scan time", got.ScanTime)
 	}
@@ -75,10 +79,10 @@ func TestPutGetRoundTrip(t *testing.T) {
 func TestEmptyList(t *testing.T) {
 	ctx := testCtx(t)
 	s := newTestStore(t)
-	if _, _, err := s.Put(ctx, "ns/empty", nil, time.Now()); err != nil {
+	if _, _, err := s.Put(ctx, "ns/empty", testID, nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	e, err := s.Get(ctx, "ns/empty")
+	e, err := s.Get(ctx, "ns/empty", testID)
 	if err != nil || e.Tags == nil || len(e.Tags) != 0 || e.Revision != RevisionOf([]string{}) {
 		t.Fatalf("Get = %+v, %v; want an empty, non-nil list", e, err)
 	}
@@ -94,7 +98,7 @@ func TestRoundTrip100kTags(t *testing.T) {
 	want := slices.Sorted(slices.Values(tags))
 
 	s := New(dir)
-	e, _, err := s.Put(ctx, "ns/big", shuffled, time.Now())
+	e, _, err := s.Put(ctx, "ns/big", testID, shuffled, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +112,7 @@ func TestRoundTrip100kTags(t *testing.T) {
 	// A new Store, as a reader: the list comes back from disk.
 	r := New(dir, ReadOnly())
 	defer r.Close()
-	got, err := r.Get(ctx, "ns/big")
+	got, err := r.Get(ctx, "ns/big", testID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +126,7 @@ func TestDeleteDeletes(t *testing.T) {
 	dir := t.TempDir()
 	s := New(dir)
 	for _, k := range []string{"a/one", "a/two", "b/one"} {
-		if _, _, err := s.Put(ctx, k, manyTags(2000, k), time.Now()); err != nil {
+		if _, _, err := s.Put(ctx, k, testID, manyTags(2000, k), time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -134,10 +138,10 @@ func TestDeleteDeletes(t *testing.T) {
 	}
 	checkGone := func(s *Store) {
 		t.Helper()
-		if _, err := s.Get(ctx, "a/two"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.Get(ctx, "a/two", testID); !errors.Is(err, ErrNotFound) {
 			t.Errorf("Get after Delete: %v, want ErrNotFound", err)
 		}
-		if _, err := s.Revision(ctx, "a/two"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.Revision(ctx, "a/two", testID); !errors.Is(err, ErrNotFound) {
 			t.Errorf("Revision after Delete: %v, want ErrNotFound", err)
 		}
 		keys, err := s.Keys(ctx)
@@ -146,7 +150,7 @@ func TestDeleteDeletes(t *testing.T) {
 		}
 	}
 	checkGone(s)
-	if _, _, err := s.AddTags(ctx, "a/two", []string{"x"}); !errors.Is(err, ErrNotFound) {
+	if _, _, err := s.AddTags(ctx, "a/two", testID, []string{"x"}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("AddTags after Delete: %v, want ErrNotFound", err)
 	}
 	if err := s.Close(); err != nil {
@@ -182,10 +186,10 @@ func TestAddTags(t *testing.T) {
 	ctx := testCtx(t)
 	s := newTestStore(t)
 	scan := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	if _, _, err := s.Put(ctx, "ns/app", []string{"v1", "v3"}, scan); err != nil {
+	if _, _, err := s.Put(ctx, "ns/app", testID, []string{"v1", "v3"}, scan); err != nil {
 		t.Fatal(err)
 	}
-	e, changed, err := s.AddTags(ctx, "ns/app", []string{"v2", "v3", "v2"})
+	e, changed, err := s.AddTags(ctx, "ns/app", testID, []string{"v2", "v3", "v2"})
 	if err != nil || !changed {
 		t.Fatalf("AddTags: changed %v, %v", changed, err)
 	}
@@ -193,15 +197,15 @@ func TestAddTags(t *testing.T) {
 	if !slices.Equal(e.Tags, want) || e.Revision != RevisionOf(want) || !e.ScanTime.Equal(scan) {
 		t.Fatalf("AddTags returned %+v", e)
 	}
-	e, changed, err = s.AddTags(ctx, "ns/app", []string{"v1"})
+	e, changed, err = s.AddTags(ctx, "ns/app", testID, []string{"v1"})
 	if err != nil || changed || e.Revision != RevisionOf(want) {
 		t.Fatalf("AddTags of a known tag: %+v, changed %v, %v", e, changed, err)
 	}
-	got, err := s.Get(ctx, "ns/app")
+	got, err := s.Get(ctx, "ns/app", testID)
 	if err != nil || !slices.Equal(got.Tags, want) {
 		t.Fatalf("Get = %+v, %v", got, err)
 	}
-	if _, _, err := s.AddTags(ctx, "ns/new", []string{"v1"}); !errors.Is(err, ErrNotFound) {
+	if _, _, err := s.AddTags(ctx, "ns/new", testID, []string{"v1"}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("AddTags on a missing key: %v, want ErrNotFound", err)
 	}
 }
@@ -210,10 +214,10 @@ func TestInvalidKeys(t *testing.T) {
 	ctx := testCtx(t)
 	s := newTestStore(t)
 	for _, k := range []string{"", "name", "/name", "ns/", "ns/a/b"} {
-		if _, err := s.Get(ctx, k); !errors.Is(err, ErrInvalidKey) {
+		if _, err := s.Get(ctx, k, testID); !errors.Is(err, ErrInvalidKey) {
 			t.Errorf("Get(%q) = %v, want ErrInvalidKey", k, err)
 		}
-		if _, _, err := s.Put(ctx, k, nil, time.Now()); !errors.Is(err, ErrInvalidKey) {
+		if _, _, err := s.Put(ctx, k, testID, nil, time.Now()); !errors.Is(err, ErrInvalidKey) {
 			t.Errorf("Put(%q) = %v, want ErrInvalidKey", k, err)
 		}
 	}
@@ -222,17 +226,17 @@ func TestInvalidKeys(t *testing.T) {
 func TestReadOnlyRejectsWrites(t *testing.T) {
 	ctx := testCtx(t)
 	s := newTestStore(t, ReadOnly())
-	if _, _, err := s.Put(ctx, "ns/a", nil, time.Now()); !errors.Is(err, ErrReadOnly) {
+	if _, _, err := s.Put(ctx, "ns/a", testID, nil, time.Now()); !errors.Is(err, ErrReadOnly) {
 		t.Errorf("Put = %v, want ErrReadOnly", err)
 	}
-	if _, _, err := s.AddTags(ctx, "ns/a", nil); !errors.Is(err, ErrReadOnly) {
+	if _, _, err := s.AddTags(ctx, "ns/a", testID, nil); !errors.Is(err, ErrReadOnly) {
 		t.Errorf("AddTags = %v, want ErrReadOnly", err)
 	}
 	if err := s.Delete(ctx, "ns/a"); !errors.Is(err, ErrReadOnly) {
 		t.Errorf("Delete = %v, want ErrReadOnly", err)
 	}
 	// A reader on a directory nobody has written yet sees an empty store.
-	if _, err := s.Get(ctx, "ns/a"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Get(ctx, "ns/a", testID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get on a new directory = %v, want ErrNotFound", err)
 	}
 	if keys, err := s.Keys(ctx); err != nil || len(keys) != 0 {
@@ -243,7 +247,7 @@ func TestReadOnlyRejectsWrites(t *testing.T) {
 func TestClosedStore(t *testing.T) {
 	ctx := testCtx(t)
 	s := New(t.TempDir())
-	if _, _, err := s.Put(ctx, "ns/a", []string{"x"}, time.Now()); err != nil {
+	if _, _, err := s.Put(ctx, "ns/a", testID, []string{"x"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -252,12 +256,12 @@ func TestClosedStore(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := s.Get(ctx, "ns/a"); !errors.Is(err, ErrClosed) {
+	if _, err := s.Get(ctx, "ns/a", testID); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Get after Close = %v, want ErrClosed", err)
 	}
 }
 
 // entriesEqual compares entries, times by instant.
 func entriesEqual(a, b Entry) bool {
-	return slices.Equal(a.Tags, b.Tags) && a.Revision == b.Revision && a.ScanTime.Equal(b.ScanTime)
+	return slices.Equal(a.Tags, b.Tags) && a.Revision == b.Revision && a.ScanTime.Equal(b.ScanTime) && a.Identity == b.Identity
 }

@@ -19,7 +19,7 @@ func TestValueLogFilesStayBounded(t *testing.T) {
 	most := 0
 	for i := range sessions {
 		s := New(dir, WithLinger(0))
-		if _, _, err := s.Put(ctx, fmt.Sprintf("ns/r%d", i), manyTags(500, fmt.Sprintf("s%d-", i)), time.Now()); err != nil {
+		if _, _, err := s.Put(ctx, fmt.Sprintf("ns/r%d", i), testID, manyTags(500, fmt.Sprintf("s%d-", i)), time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		// The linger ends at once: the close is an idle one, which tidies.
@@ -35,7 +35,7 @@ func TestValueLogFilesStayBounded(t *testing.T) {
 	r := New(dir, ReadOnly())
 	defer r.Close()
 	for i := range sessions {
-		e, err := r.Get(ctx, fmt.Sprintf("ns/r%d", i))
+		e, err := r.Get(ctx, fmt.Sprintf("ns/r%d", i), testID)
 		if err != nil || len(e.Tags) != 500 {
 			t.Fatalf("ns/r%d after the rewrites: %d tags, %v", i, len(e.Tags), err)
 		}
@@ -62,11 +62,11 @@ func TestValueLogFilesStayBoundedUnderReaders(t *testing.T) {
 	defer r.Close()
 	most := 0
 	for i := range sessions {
-		if _, _, err := w.Put(ctx, fmt.Sprintf("ns/r%d", i), manyTags(500, fmt.Sprintf("s%d-", i)), time.Now()); err != nil {
+		if _, _, err := w.Put(ctx, fmt.Sprintf("ns/r%d", i), testID, manyTags(500, fmt.Sprintf("s%d-", i)), time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		// The reader waits, so the writer yields instead of lingering.
-		if _, err := r.Get(ctx, fmt.Sprintf("ns/r%d", i)); err != nil {
+		if _, err := r.Get(ctx, fmt.Sprintf("ns/r%d", i), testID); err != nil {
 			t.Fatal(err)
 		}
 		most = max(most, valueLogFiles(dir))
