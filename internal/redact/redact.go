@@ -137,10 +137,12 @@ func isScheme(s string) bool {
 // and every registered algorithm (sha256, sha512) has more.
 const minDigestHex = 32
 
-// isDigest reports whether s starts with a digest, algorithm:hex, as in image references.
+// isDigest reports whether s starts with a digest, algorithm:hex, as in image references. The
+// algorithm starts with a letter, as every registered one does, so that host:port is never
+// taken for one.
 func isDigest(s string) bool {
 	alg, rest, ok := strings.Cut(s, ":")
-	if !ok || alg == "" {
+	if !ok || alg == "" || alg[0] < 'a' || alg[0] > 'z' {
 		return false
 	}
 	for i := 0; i < len(alg); i++ {
