@@ -19,6 +19,7 @@ import (
 	"github.com/imagereflector/reflector/internal/function"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/trace"
 )
@@ -27,8 +28,8 @@ func main() {
 	var (
 		once        = flag.Bool("once", false, "run one pass and exit (for a CronJob)")
 		every       = flag.Duration("every", time.Minute, "time between passes; also the window each pass answers for")
-		scanURL     = flag.String("scan-url", os.Getenv("K_SINK"), "where scan requests go (default $K_SINK)")
-		policyURL   = flag.String("policy-url", os.Getenv("K_SINK"), "where policy requests go (default $K_SINK)")
+		scanURL     = flag.String("scan-url", "", "where scan requests go (default $K_SINK)")
+		policyURL   = flag.String("policy-url", "", "where policy requests go (default $K_SINK)")
 		kubeconfig  = flag.String("kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config or in-cluster)")
 		concurrency = flag.Int("concurrency", 8, "dispatches under way at once")
 		spread      = flag.Duration("spread", 20*time.Second, "window over which dispatches are spread")
@@ -38,7 +39,14 @@ func main() {
 		metricsAddr = flag.String("metrics-addr", ":"+function.DefaultMetricsPort, "where the loop serves /metrics (none when empty; --once never serves)")
 	)
 	flag.Parse()
-	log := slog.New(trace.Handler(slog.NewJSONHandler(os.Stderr, nil)))
+	// $K_SINK is read after parsing, not given as the flags' default, because usage messages
+	// print defaults and a sink URL may carry credentials.
+	for _, u := range []*string{scanURL, policyURL} {
+		if *u == "" {
+			*u = os.Getenv("K_SINK")
+		}
+	}
+	log := slog.New(redact.Handler(trace.Handler(slog.NewJSONHandler(os.Stderr, nil))))
 	slog.SetDefault(log)
 	if !*once && *metricsAddr != "" {
 		ms, err := function.ServeMetrics(*metricsAddr, log)

@@ -14,13 +14,14 @@ import (
 
 	"github.com/imagereflector/reflector/functions/policy"
 	"github.com/imagereflector/reflector/internal/function"
+	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/trace"
 )
 
 func main() {
 	drain := flag.Duration("drain", 20*time.Second, "how long in-flight requests may take after SIGTERM")
 	flag.Parse()
-	log := slog.New(trace.Handler(slog.NewJSONHandler(os.Stderr, nil)))
+	log := slog.New(redact.Handler(trace.Handler(slog.NewJSONHandler(os.Stderr, nil))))
 	slog.SetDefault(log)
 	if err := run(*drain, log); err != nil {
 		log.Error("policy function failed", "error", err.Error())

@@ -20,6 +20,7 @@ import (
 
 	"github.com/imagereflector/reflector/functions/scan"
 	"github.com/imagereflector/reflector/internal/function"
+	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/trace"
 )
 
@@ -27,7 +28,7 @@ func main() {
 	drain := flag.Duration("drain", 20*time.Second, "how long in-flight requests may take after SIGTERM")
 	grace := flag.Duration("grace", 5*time.Second, "how long background scans may take after the requests drained")
 	flag.Parse()
-	log := slog.New(trace.Handler(slog.NewJSONHandler(os.Stderr, nil)))
+	log := slog.New(redact.Handler(trace.Handler(slog.NewJSONHandler(os.Stderr, nil))))
 	slog.SetDefault(log)
 	if err := run(*drain, *grace, log); err != nil {
 		log.Error("scan function failed", "error", err.Error())

@@ -10,6 +10,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/redact"
 )
 
 // Event types of Knative's ApiServerSource in Resource mode, whose data is the object.
@@ -58,7 +59,7 @@ func (h *Handler) handleEvent(ctx context.Context, e cloudevents.Event) error {
 	attrs := []any{"type", e.Type(), "id", e.ID(), "source", e.Source(), "subject", e.Subject(),
 		"policies", len(outs), "duration", time.Since(start)}
 	if err != nil {
-		h.log.ErrorContext(ctx, "event handled", append(attrs, "error", err.Error())...)
+		h.log.ErrorContext(ctx, "event handled", append(attrs, "error", redact.String(err.Error()))...)
 		return err
 	}
 	h.log.InfoContext(ctx, "event handled", attrs...)

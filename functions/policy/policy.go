@@ -38,6 +38,7 @@ import (
 	"github.com/imagereflector/reflector/internal/function"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/tokenreview"
@@ -167,7 +168,7 @@ func respond(w http.ResponseWriter, v any, err error) {
 		body = struct {
 			Error   string `json:"error"`
 			Outcome any    `json:"outcome"`
-		}{err.Error(), v}
+		}{redact.String(err.Error()), v}
 	}
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(body)

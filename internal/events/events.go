@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/metrics"
+	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/trace"
 )
 
@@ -88,6 +90,10 @@ func NewSender(target, source string, httpClient *http.Client) (*Sender, error) 
 	if target == "" {
 		return nil, nil
 	}
+	// The SDK's own error would quote the target, credentials and all.
+	if u, err := url.Parse(target); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("target %q is not an http:// or https:// URL", redact.Address(target))
+	}
 	if httpClient == nil {
 		httpClient = &http.Client{Timeout: 10 * time.Second}
 	}
@@ -129,12 +135,13 @@ func (b *bearerFile) RoundTrip(req *http.Request) (*http.Response, error) {
 	return b.base.RoundTrip(req)
 }
 
-// Target returns where the Sender delivers, "" for a nil Sender.
+// Target returns where the Sender delivers, for messages: its userinfo is masked. It is ""
+// for a nil Sender.
 func (s *Sender) Target() string {
 	if s == nil {
 		return ""
 	}
-	return s.target
+	return redact.Address(s.target)
 }
 
 // ErrNotAcknowledged wraps a delivery that the sink refused or that never reached it.
@@ -164,7 +171,8 @@ func (s *Sender) Send(ctx context.Context, ceType, subject string, data any) err
 	acked := cloudevents.IsACK(res)
 	metrics.RecordEventSent(ceType, acked)
 	if !acked {
-		return fmt.Errorf("%w by %s: %s %s: %v", ErrNotAcknowledged, s.target, ceType, subject, res)
+		// The result of a failed request quotes the target URL.
+		return fmt.Errorf("%w by %s: %s %s: %s", ErrNotAcknowledged, s.Target(), ceType, subject, redact.String(fmt.Sprint(res)))
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -120,5 +121,56 @@ func TestHandlerAnswers(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("%s %s: %d, want %d", tc.method, tc.body, resp.StatusCode, tc.want)
 		}
+	}
+}
+
+func TestSenderHidesTargetCredentials(t *testing.T) {
+	down := httptest.NewServer(http.NotFoundHandler())
+	target := strings.Replace(down.URL, "http://", "http://user:planted-sink-password@", 1)
+	down.Close()
+
+	s, err := NewSender(target, SourceCron, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.Target(), strings.Replace(down.URL, "http://", "http://xxxxx@", 1); got != want {
+		t.Errorf("Target() = %q, want %q", got, want)
+	}
+	err = s.Send(context.Background(), TypeScanRequested, "apps/app", ObjectRef{Namespace: "apps", Name: "app"})
+	if !errors.Is(err, ErrNotAcknowledged) {
+		t.Errorf("want ErrNotAcknowledged, got %v", err)
+	}
+	if strings.Contains(err.Error(), "planted-sink-password") {
+		t.Errorf("the error shows the sink's password: %v", err)
+	}
+
+	for _, bad := range []string{"http://user:planted sink password@127.0.0.1:1/", "socks5://user:planted-sink-password@127.0.0.1:1", "user:planted-sink-password@127.0.0.1:1"} {
+		_, err := NewSender(bad, SourceCron, nil)
+		if err == nil {
+			t.Errorf("NewSender(%q) accepted it", bad)
+			continue
+		}
+		if strings.Contains(err.Error(), "planted") {
+			t.Errorf("the error shows the sink's password: %v", err)
+		}
+	}
+}
+
+func TestHandlerAnswerHidesURLUserinfo(t *testing.T) {
+	srv := httptest.NewServer(Handler(func(context.Context, cloudevents.Event) error {
+		return errors.New(`reading ImageRepository: Get "https://admin:planted-password@127.0.0.1:6443/apis": EOF`)
+	}))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"specversion":"1.0","id":"1","source":"/x","type":"t"}`))
+	req.Header.Set("Content-Type", "application/cloudevents+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusInternalServerError || strings.Contains(string(body), "planted-password") ||
+		!strings.Contains(string(body), "https://xxxxx@127.0.0.1:6443") {
+		t.Errorf("answer %d %q", resp.StatusCode, body)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
+	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/trace"
 )
 
@@ -66,7 +67,7 @@ func Handler(fn func(context.Context, cloudevents.Event) error) http.Handler {
 			if errors.Is(err, ErrRejected) {
 				code = http.StatusBadRequest
 			}
-			http.Error(w, Brief(err.Error()), code)
+			http.Error(w, Brief(redact.String(err.Error())), code)
 			return
 		}
 		w.WriteHeader(http.StatusAccepted)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/imagereflector/reflector/internal/metrics"
+	"github.com/imagereflector/reflector/internal/redact"
 )
 
 // Healthz answers GET and HEAD /healthz with 200 "ok".
@@ -59,8 +60,10 @@ func Lazy(name string, build func() (http.Handler, error)) http.HandlerFunc {
 		}
 		h, err := get()
 		if err != nil {
-			slog.Error(name+" function is not configured", "error", err.Error())
-			http.Error(w, name+" function is not configured: "+err.Error(), http.StatusInternalServerError)
+			// Configuration errors may quote K_SINK or the API server's URL.
+			msg := redact.String(err.Error())
+			slog.Error(name+" function is not configured", "error", msg)
+			http.Error(w, name+" function is not configured: "+msg, http.StatusInternalServerError)
 			return
 		}
 		h.ServeHTTP(w, req)

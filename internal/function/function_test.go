@@ -2,8 +2,10 @@ package function
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -49,5 +51,24 @@ func TestLazyBuildsOnFirstUseAndRetriesFailures(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("POST /healthz: %d", resp.StatusCode)
+	}
+}
+
+func TestLazyHidesURLUserinfo(t *testing.T) {
+	var logged strings.Builder
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewJSONHandler(&logged, nil)))
+	h := Lazy("test", func() (http.Handler, error) {
+		return nil, errors.New(`K_SINK: target "http://user:planted-password@broker/" is not reachable`)
+	})
+	rec := httptest.NewRecorder()
+	h(rec, httptest.NewRequest(http.MethodPost, "/", nil))
+	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), "http://xxxxx@broker/") {
+		t.Errorf("answer %d %q", rec.Code, rec.Body)
+	}
+	for where, text := range map[string]string{"answer": rec.Body.String(), "log": logged.String()} {
+		if strings.Contains(text, "planted-password") {
+			t.Errorf("the %s shows the password: %s", where, text)
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/imagereflector/reflector/internal/redact"
 )
 
 // Recorder emits Kubernetes Events about reflector's objects. client-go's correlator
@@ -29,14 +31,15 @@ func NewRecorder(core kubernetes.Interface, component string) *Recorder {
 // Normal records a Normal event, such as a new scan result or a new latest image.
 func (r *Recorder) Normal(obj runtime.Object, reason, message string) {
 	if r != nil {
-		r.recorder.Event(obj, corev1.EventTypeNormal, reason, message)
+		r.recorder.Event(obj, corev1.EventTypeNormal, reason, redact.String(message))
 	}
 }
 
-// Warning records a Warning event, such as a failed scan.
+// Warning records a Warning event, such as a failed scan. Its message is usually an error's,
+// so URL userinfo in it is masked here, where every Event passes.
 func (r *Recorder) Warning(obj runtime.Object, reason, message string) {
 	if r != nil {
-		r.recorder.Event(obj, corev1.EventTypeWarning, reason, message)
+		r.recorder.Event(obj, corev1.EventTypeWarning, reason, redact.String(message))
 	}
 }
 

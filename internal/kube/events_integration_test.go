@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,4 +82,37 @@ func TestRecorderIntegrationCombinesSimilar(t *testing.T) {
 		t.Errorf("the Events count %d of 60 warnings: nothing was rate-limited", total)
 	}
 	t.Logf("60 similar warnings: %d Events, counts summing to %d", objects, total)
+}
+
+// An Event's message never carries URL userinfo, whatever error it came from.
+func TestRecorderIntegrationHidesURLUserinfo(t *testing.T) {
+	c, ns := newRepo(t)
+	repo, err := c.Repositories.Get(context.Background(), ns, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := kube.NewRecorder(c.Core, "reflector-test")
+	rec.Warning(repo, "ReadOperationFailed", `Get "http://u:planted-password@127.0.0.1:1/v2/": EOF`)
+	rec.Normal(repo, "Succeeded", "sink socks5://u:planted-password@127.0.0.1:1080")
+	rec.Shutdown()
+	var messages []string
+	for range 100 {
+		list, err := c.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		messages = messages[:0]
+		for _, e := range list.Items {
+			messages = append(messages, e.Message)
+		}
+		if len(messages) == 2 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	got := strings.Join(messages, "\n")
+	if len(messages) != 2 || strings.Contains(got, "planted-password") ||
+		!strings.Contains(got, `Get "http://xxxxx@127.0.0.1:1/v2/": EOF`) || !strings.Contains(got, "sink socks5://xxxxx@127.0.0.1:1080") {
+		t.Errorf("Events: %q", messages)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/trace"
 	"github.com/imagereflector/reflector/internal/webhook"
 )
@@ -58,6 +59,8 @@ func (r *Receiver) HandleCloudEvent(ctx context.Context, e cloudevents.Event) er
 	start := time.Now()
 	ctx = trace.Ensure(ctx)
 	res, err := r.handleCloudEvent(ctx, e)
+	// The error is logged and becomes the answer's body.
+	err = redact.Error(err)
 	attrs := []slog.Attr{
 		slog.String("type", e.Type()),
 		slog.String("source", e.Source()),

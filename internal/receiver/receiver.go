@@ -19,6 +19,7 @@ import (
 
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/trace"
 )
 
@@ -136,7 +137,7 @@ func (r *Receiver) scanLater(req context.Context, namespace, name string, hint *
 		defer cancel()
 		if _, err := r.scanner.Scan(ctx, namespace, name, hint); err != nil {
 			r.cfg.log.WarnContext(ctx, "background scan failed; the cron reconciler retries it",
-				"namespace", namespace, "name", name, "error", err.Error())
+				"namespace", namespace, "name", name, "error", redact.String(err.Error()))
 		}
 	}()
 	return true

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/imagereflector/reflector/internal/metrics"
+	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/trace"
 	"github.com/imagereflector/reflector/internal/webhook"
 )
@@ -154,8 +155,10 @@ func (r *Receiver) secret(ctx context.Context, rt route) ([]byte, error) {
 	return r.secrets.token(ctx, rt.namespace)
 }
 
+// with sets the answer. Parse errors may quote the payload, which is the sender's and may hold
+// URLs with userinfo; the answer and its log line carry none.
 func (res result) with(status int, message string) result {
-	res.status, res.message = status, message
+	res.status, res.message = status, redact.String(message)
 	return res
 }
 
@@ -252,7 +255,7 @@ func (r *Receiver) logAnswer(ctx context.Context, kind string, res result, took 
 		slog.Duration("duration", took),
 	}
 	if res.err != nil {
-		attrs = append(attrs, slog.String("error", res.err.Error()))
+		attrs = append(attrs, slog.String("error", redact.String(res.err.Error())))
 	}
 	r.logger().LogAttrs(ctx, level, kind, attrs...)
 }

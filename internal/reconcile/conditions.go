@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/redact"
 )
 
 // The condition changes below follow Flux's conventions, so that `flux get` and kstatus read
@@ -39,8 +40,10 @@ func markStalled(conds *[]metav1.Condition, generation int64, reason, message st
 	apimeta.RemoveStatusCondition(conds, v1.ReconcilingCondition)
 }
 
+// set is where every condition message is written, so it is where URL userinfo that an error
+// brought along is masked, whatever the error's origin.
 func set(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, message string) {
 	apimeta.SetStatusCondition(conds, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
+		Type: typ, Status: status, Reason: reason, Message: redact.String(message), ObservedGeneration: generation,
 	})
 }

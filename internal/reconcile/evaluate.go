@@ -17,6 +17,7 @@ import (
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/policy"
+	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
 )
@@ -163,6 +164,8 @@ func (e *Evaluator) logged(ctx context.Context, out PolicyOutcome, start time.Ti
 		attrs = append(attrs, "reason", out.Reason, "message", out.Message)
 	}
 	if err != nil {
+		// The error goes on to callers that log it and answer with it.
+		err = redact.Error(err)
 		e.log().ErrorContext(ctx, "evaluated ImagePolicy", append(attrs, "error", err)...)
 	} else {
 		e.log().InfoContext(ctx, "evaluated ImagePolicy", attrs...)
@@ -333,7 +336,7 @@ func readyMessage(st *v1.ImagePolicyStatus) string {
 // fail writes a failed evaluation, leaving latestRef and observedPreviousRef as they are.
 func (e *Evaluator) fail(ctx context.Context, pol *v1.ImagePolicy, token, reason string, stalled bool, cause error) (PolicyOutcome, error) {
 	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicyFailed,
-		Latest: pol.Status.LatestRef, Reason: reason, Message: cause.Error()}
+		Latest: pol.Status.LatestRef, Reason: reason, Message: redact.String(cause.Error())}
 	if stalled {
 		out.Result = PolicyStalled
 	}

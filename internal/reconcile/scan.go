@@ -16,6 +16,7 @@ import (
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/metrics"
+	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/trace"
@@ -163,6 +164,8 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 			attrs = append(attrs, "failure", out.Failure, "stalled", out.Stalled)
 		}
 		if err != nil {
+			// The error goes on to callers that log it and answer with it.
+			err = redact.Error(err)
 			attrs = append(attrs, "error", err)
 			s.log().ErrorContext(ctx, "scan", attrs...)
 			return
@@ -312,7 +315,7 @@ func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, 
 // and a Warning event, and the returned error is only about writing those.
 func (s *Scanner) fail(ctx context.Context, repo *v1.ImageRepository, token, reason string, stalled bool, cause error) (ScanOutcome, error) {
 	out := ScanOutcome{Failure: reason, Stalled: stalled}
-	message := cause.Error()
+	message := redact.String(cause.Error())
 	updated, err := s.Kube.Repositories.UpdateStatus(ctx, repo.Namespace, repo.Name, func(r *v1.ImageRepository) error {
 		r.Status.ObservedGeneration = repo.Generation
 		if token != "" {

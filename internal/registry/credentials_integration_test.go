@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,9 @@ func TestIntegrationCredentials(t *testing.T) {
 	createSecret(t, kc, ns, "wrong-password", corev1.SecretTypeDockerConfigJson, dockerConfig(reg.Host(), "robot", "guess"))
 	createSecret(t, kc, ns, "other-registry", corev1.SecretTypeDockerConfigJson, dockerConfig("ghcr.io", "robot", "s3cret"))
 	createSecret(t, kc, ns, "malformed", corev1.SecretTypeOpaque, map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":`)})
+	// The syntax error sits inside the password; the message gives its offset, not the character.
+	createSecret(t, kc, ns, "broken-password", corev1.SecretTypeOpaque, map[string][]byte{
+		corev1.DockerConfigJsonKey: []byte(`{"auths":{"` + reg.Host() + `":{"username":"robot","password":"s3"Qret"}}}`)})
 	createSecret(t, kc, ns, "bad-auth", corev1.SecretTypeOpaque, map[string][]byte{
 		corev1.DockerConfigJsonKey: []byte(`{"auths":{"` + reg.Host() + `":{"auth":"not base64!"}}}`)})
 	createSecret(t, kc, ns, "opaque", corev1.SecretTypeOpaque, map[string][]byte{"token": []byte("x")})
@@ -53,6 +57,7 @@ func TestIntegrationCredentials(t *testing.T) {
 		{"missing secret", secretRef("gone"), v1.AuthenticationFailedReason, []string{"spec.secretRef: secret " + ns + "/gone not found"}},
 		{"secret for another registry", secretRef("other-registry"), v1.AuthenticationFailedReason, []string{"has no credentials for registry " + reg.Host()}},
 		{"malformed docker config", secretRef("malformed"), v1.AuthenticationFailedReason, []string{".dockerconfigjson is not a valid Docker config"}},
+		{"a syntax error in a password", secretRef("broken-password"), v1.AuthenticationFailedReason, []string{".dockerconfigjson is not a valid Docker config: JSON syntax error at byte "}},
 		{"auth that is not base64", secretRef("bad-auth"), v1.AuthenticationFailedReason, []string{"auth field", "not base64"}},
 		{"secret of another kind", secretRef("opaque"), v1.AuthenticationFailedReason, []string{"no .dockerconfigjson key"}},
 		{"missing service account", serviceAccount("nobody"), v1.AuthenticationFailedReason, []string{"serviceaccount " + ns + "/nobody not found"}},
@@ -63,6 +68,9 @@ func TestIntegrationCredentials(t *testing.T) {
 			res, err := scan(t, fast(), kc, imageRepository(ns, reg.Image("app"), tt.edit))
 			if tt.reason != "" {
 				wantError(t, err, tt.reason, tt.says...)
+				if strings.Contains(err.Error(), "Q") {
+					t.Errorf("the error shows a character of the password: %v", err)
+				}
 				return
 			}
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/redact"
 )
 
 // Error is a failure classified into the Flux condition reason an ImageRepository reports for it.
@@ -22,8 +23,10 @@ type Error struct {
 	Err error
 }
 
-// Error returns the message of the underlying failure.
-func (e *Error) Error() string { return e.Err.Error() }
+// Error returns the message of the underlying failure without URL userinfo: net/http and
+// go-containerregistry quote request URLs in their errors, and every registry failure reaches
+// statuses, Events and logs through here.
+func (e *Error) Error() string { return redact.String(e.Err.Error()) }
 
 // Unwrap returns the underlying failure.
 func (e *Error) Unwrap() error { return e.Err }

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -21,6 +22,7 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/imagename"
+	"github.com/imagereflector/reflector/internal/redact"
 )
 
 // secrets reads the Secrets and the ServiceAccount an ImageRepository refers to, from the
@@ -124,12 +126,12 @@ func dockerConfigAuth(sec *corev1.Secret, host string) (authn.Authenticator, boo
 			Auths map[string]dockerAuth `json:"auths"`
 		}
 		if err := json.Unmarshal(b, &cfg); err != nil {
-			return nil, false, fmt.Errorf("%s is not a valid Docker config: %w", corev1.DockerConfigJsonKey, err)
+			return nil, false, fmt.Errorf("%s is not a valid Docker config: %s", corev1.DockerConfigJsonKey, jsonProblem(err))
 		}
 		auths = cfg.Auths
 	} else if b, ok := sec.Data[corev1.DockerConfigKey]; ok {
 		if err := json.Unmarshal(b, &auths); err != nil {
-			return nil, false, fmt.Errorf("%s is not a valid Docker config: %w", corev1.DockerConfigKey, err)
+			return nil, false, fmt.Errorf("%s is not a valid Docker config: %s", corev1.DockerConfigKey, jsonProblem(err))
 		}
 	} else {
 		return nil, false, fmt.Errorf("no %s key (a secret of type %s is expected)", corev1.DockerConfigJsonKey, corev1.SecretTypeDockerConfigJson)
@@ -158,20 +160,32 @@ func dockerConfigAuth(sec *corev1.Secret, host string) (authn.Authenticator, boo
 		if entry.Auth != "" {
 			raw, err := base64.StdEncoding.DecodeString(entry.Auth)
 			if err != nil {
-				return nil, false, fmt.Errorf("the auth field for %s is not base64: %w", key, err)
+				return nil, false, fmt.Errorf("the auth field for %s is not base64: %w", redact.Address(key), err)
 			}
 			user, pass, ok := strings.Cut(string(raw), ":")
 			if !ok {
-				return nil, false, fmt.Errorf("the auth field for %s is not base64 of username:password", key)
+				return nil, false, fmt.Errorf("the auth field for %s is not base64 of username:password", redact.Address(key))
 			}
 			cfg.Username, cfg.Password = user, pass
 		}
 		if cfg == (authn.AuthConfig{}) {
-			return nil, false, fmt.Errorf("the entry for %s has no credentials", key)
+			return nil, false, fmt.Errorf("the entry for %s has no credentials", redact.Address(key))
 		}
 		return authn.FromConfig(cfg), true, nil
 	}
 	return nil, false, nil
+}
+
+// jsonProblem describes why a Docker config does not decode without quoting it: a syntax
+// error's message shows the offending character, which may belong to a password.
+func jsonProblem(err error) string {
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return fmt.Sprintf("JSON syntax error at byte %d", se.Offset)
+	}
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+		return fmt.Sprintf("%s is a JSON %s, not a %s", te.Field, te.Value, te.Type)
+	}
+	return "not a JSON object of the expected shape"
 }
 
 // configHost reduces a Docker config key, which may be a URL such as
@@ -244,7 +258,8 @@ func (s *secrets) proxyURL(ctx context.Context, name string) (*url.URL, error) {
 	}
 	u, err := url.Parse(address)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, authFailed("%s: address %q is not an http:// or https:// URL", where, address)
+		// The address may carry the proxy's credentials, and url.Parse's error quotes it whole.
+		return nil, authFailed("%s: address %q is not an http:// or https:// URL", where, redact.Address(address))
 	}
 	user, pass := string(sec.Data["username"]), string(sec.Data["password"])
 	if user != "" || pass != "" {

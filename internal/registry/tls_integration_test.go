@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -119,4 +120,13 @@ func TestIntegrationProxy(t *testing.T) {
 
 	_, err = scan(t, fast(), kc, imageRepository(ns, reg.Image("app"), through("proxy-no-address")))
 	wantError(t, err, v1.AuthenticationFailedReason, "spec.proxySecretRef: secret "+ns+"/proxy-no-address has no address")
+
+	// An address that is refused must not carry its credentials into the message.
+	createSecret(t, kc, ns, "proxy-socks", corev1.SecretTypeOpaque, map[string][]byte{
+		"address": []byte("socks5://user:planted-socks-password@127.0.0.1:1080")})
+	_, err = scan(t, fast(), kc, imageRepository(ns, reg.Image("app"), through("proxy-socks")))
+	wantError(t, err, v1.AuthenticationFailedReason, `address "socks5://xxxxx@127.0.0.1:1080" is not an http:// or https:// URL`)
+	if strings.Contains(err.Error(), "planted-socks-password") {
+		t.Errorf("the error shows the proxy's password: %v", err)
+	}
 }
