@@ -11,7 +11,6 @@ import (
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
@@ -22,13 +21,10 @@ import (
 	"github.com/imagereflector/reflector/internal/webhook"
 )
 
-// Knative ApiServerSource event types: "resource" mode carries the object, "reference" mode
-// its kind, namespace and name.
+// Knative ApiServerSource event types in Resource mode, whose data is the whole object.
 const (
 	APIServerResourceAdd    = "dev.knative.apiserver.resource.add"
 	APIServerResourceUpdate = "dev.knative.apiserver.resource.update"
-	APIServerRefAdd         = "dev.knative.apiserver.ref.add"
-	APIServerRefUpdate      = "dev.knative.apiserver.ref.update"
 )
 
 // cloudEventProvider is the provider label of registry pushes that arrive as CloudEvents.
@@ -86,7 +82,7 @@ func (r *Receiver) handleCloudEvent(ctx context.Context, e cloudevents.Event) (r
 	switch t := e.Type(); {
 	case t == events.TypeScanRequested:
 		return r.scanRequested(ctx, e)
-	case t == APIServerResourceAdd || t == APIServerResourceUpdate || t == APIServerRefAdd || t == APIServerRefUpdate:
+	case t == APIServerResourceAdd || t == APIServerResourceUpdate:
 		return r.apiServerEvent(ctx, e)
 	}
 	evs, err := webhook.ParseCloudEvent(e.Type(), e.Source(), e.ID(), e.Data())
@@ -146,45 +142,43 @@ func describe(out reconcile.ScanOutcome, why string) string {
 	return b.String()
 }
 
-// apiServerObject is the part of an ApiServerSource event's data that tells which object it
-// is about, in either mode.
+// apiServerObject is the part of an ApiServerSource event's data that tells which kind of
+// object it is about.
 type apiServerObject struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
-	// Namespace and Name are set in reference mode.
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
 }
 
-// apiServerEvent scans the ImageRepository of an ApiServerSource event when it is due.
-// Reference-mode events carry no spec or status, so the object is read first.
-func (r *Receiver) apiServerEvent(ctx context.Context, e cloudevents.Event) (result, error) {
+// decodeRepositoryEvent decodes the data of an ApiServerSource event in Resource mode, the mode
+// knative/ configures: the whole object. It returns the ImageRepository, or why the event is
+// ignored (an object of another kind), or an error wrapping events.ErrRejected.
+func decodeRepositoryEvent(data []byte) (repo *v1.ImageRepository, ignored string, err error) {
 	var head apiServerObject
-	if err := json.Unmarshal(e.Data(), &head); err != nil {
-		return result{message: "rejected"}, fmt.Errorf("%w: %s %s: undecodable data: %s", events.ErrRejected, e.Type(), e.ID(), events.Brief(err.Error()))
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, "", fmt.Errorf("%w: undecodable data: %s", events.ErrRejected, events.Brief(err.Error()))
 	}
 	group, _, _ := strings.Cut(head.APIVersion, "/")
 	if head.Kind != v1.ImageRepositoryKind || group != v1.GroupVersion.Group {
-		return result{message: fmt.Sprintf("ignored: %s %s is not an ImageRepository", events.Brief(head.APIVersion), events.Brief(head.Kind))}, nil
+		return nil, fmt.Sprintf("%s %s is not an ImageRepository", events.Brief(head.APIVersion), events.Brief(head.Kind)), nil
 	}
-	repo := &v1.ImageRepository{}
-	if strings.HasPrefix(e.Type(), "dev.knative.apiserver.ref.") {
-		if err := events.CheckObject(head.Namespace, head.Name); err != nil {
-			return result{message: "rejected"}, fmt.Errorf("%s %s: %w", e.Type(), e.ID(), err)
-		}
-		got, err := r.kube.Repositories.Get(ctx, head.Namespace, head.Name)
-		if apierrors.IsNotFound(err) {
-			return result{message: "ignored: the ImageRepository is gone"}, nil
-		}
-		if err != nil {
-			return result{message: "failed"}, fmt.Errorf("reading ImageRepository %s/%s: %w", head.Namespace, head.Name, err)
-		}
-		repo = got
-	} else if err := json.Unmarshal(e.Data(), repo); err != nil {
-		return result{message: "rejected"}, fmt.Errorf("%w: %s %s: undecodable ImageRepository: %s", events.ErrRejected, e.Type(), e.ID(), events.Brief(err.Error()))
+	repo = &v1.ImageRepository{}
+	if err := json.Unmarshal(data, repo); err != nil {
+		return nil, "", fmt.Errorf("%w: undecodable ImageRepository: %s", events.ErrRejected, events.Brief(err.Error()))
 	}
 	if err := events.CheckObject(repo.Namespace, repo.Name); err != nil {
-		return result{message: "rejected"}, fmt.Errorf("%s %s: the ImageRepository: %w", e.Type(), e.ID(), err)
+		return nil, "", fmt.Errorf("the ImageRepository: %w", err)
+	}
+	return repo, "", nil
+}
+
+// apiServerEvent scans the ImageRepository of an ApiServerSource event when it is due.
+func (r *Receiver) apiServerEvent(ctx context.Context, e cloudevents.Event) (result, error) {
+	repo, ignored, err := decodeRepositoryEvent(e.Data())
+	if err != nil {
+		return result{message: "rejected"}, fmt.Errorf("%s %s: %w", e.Type(), e.ID(), err)
+	}
+	if ignored != "" {
+		return result{message: "ignored: " + ignored}, nil
 	}
 	// A zero period: the periodic rules (retries, digest refreshes) are the cron reconciler's.
 	why := reconcile.RepositoryDue(repo, reconcile.Window{Now: r.cfg.now()})

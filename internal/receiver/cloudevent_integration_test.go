@@ -3,7 +3,6 @@ package receiver_test
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -100,13 +99,13 @@ func TestCloudEventIntegration(t *testing.T) {
 	if f.tagListings("") != listings {
 		t.Error("the update caused by the scan's own status write was scanned")
 	}
-	// Reference mode: the object is read, and a `flux reconcile` annotation makes it due.
-	if _, err := f.kube.Repositories.RequestReconcile(t.Context(), ns, "source", "2030-01-01T00:00:00Z"); err != nil {
+	// A `flux reconcile` annotation makes the updated object due.
+	annotated, err := f.kube.Repositories.RequestReconcile(t.Context(), ns, "source", "2030-01-01T00:00:00Z")
+	if err != nil {
 		t.Fatal(err)
 	}
-	ref := fmt.Appendf(nil, `{"apiVersion":"image.toolkit.fluxcd.io/v1","kind":"ImageRepository","namespace":%q,"name":"source"}`, ns)
-	if code, body := f.postEvent(t, false, receiver.APIServerRefUpdate, "update-2", ref); code != http.StatusAccepted {
-		t.Fatalf("reference update: %d %s", code, body)
+	if code, body := f.postEvent(t, false, receiver.APIServerResourceUpdate, "update-2", withTypeMeta(mustJSON(t, annotated))); code != http.StatusAccepted {
+		t.Fatalf("annotated update: %d %s", code, body)
 	}
 	if f.tagListings("") != listings+1 || f.get(t, ns, "source").Status.LastHandledReconcileAt != "2030-01-01T00:00:00Z" {
 		t.Error("a requested reconcile announced by ApiServerSource was not scanned")

@@ -53,3 +53,27 @@ func TestManyPushedTagsAskForAListing(t *testing.T) {
 		t.Errorf("%d tags: hint %+v, want a full listing", len(evs), tgt.hint())
 	}
 }
+
+// FuzzDecodeRepositoryEvent feeds arbitrary ApiServerSource data through the decoding of the
+// scan function's CloudEvents path: it never panics, and what it accepts names a valid object.
+func FuzzDecodeRepositoryEvent(f *testing.F) {
+	f.Add([]byte(`{"apiVersion":"image.toolkit.fluxcd.io/v1","kind":"ImageRepository","metadata":{"namespace":"a","name":"b"},"spec":{"image":"x"}}`))
+	f.Add([]byte(`{"apiVersion":"image.toolkit.fluxcd.io/v1","kind":"ImagePolicy"}`))
+	f.Add([]byte(`{"kind":"ImageRepository","apiVersion":"image.toolkit.fluxcd.io/v1","metadata":{"namespace":"A"}}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		repo, ignored, err := decodeRepositoryEvent(data)
+		switch {
+		case err != nil:
+			if len(err.Error()) > 1024 {
+				t.Errorf("a %d-byte error", len(err.Error()))
+			}
+		case ignored != "":
+			if len(ignored) > 1024 {
+				t.Errorf("a %d-byte reason", len(ignored))
+			}
+		case repo == nil || repo.Namespace == "" || repo.Name == "":
+			t.Errorf("accepted %+v", repo)
+		}
+	})
+}

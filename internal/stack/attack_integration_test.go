@@ -380,8 +380,90 @@ func TestAttacksIntegration(t *testing.T) {
 		}
 	})
 
+	t.Run("no secret reaches a status, an Event, a log line or an answer", func(t *testing.T) {
+		const planted = "PLANTED-PROXY-PASSWORD"
+		core := a.Kube.Core.CoreV1()
+		for name, data := range map[string]map[string]string{
+			"socks-proxy": {"address": "socks5://user:" + planted + "-1@127.0.0.1:1080"},
+			"dead-proxy":  {"address": "http://user:" + planted + "-2@127.0.0.1:9", "password": planted + "-3"},
+		} {
+			if _, err := core.Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: data}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			repo := fmt.Sprintf(`apiVersion: image.toolkit.fluxcd.io/v1
+kind: ImageRepository
+metadata:
+  name: %[1]s
+spec:
+  image: %[2]s/secret/%[1]s
+  interval: 1h
+  insecure: true
+  proxySecretRef:
+    name: %[1]s
+`, name, a.Registry)
+			if _, err := a.Env.Apply(ctx, "default", []byte(repo)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var answers strings.Builder
+		for _, name := range []string{"socks-proxy", "dead-proxy"} {
+			body := fmt.Sprintf(`{"events":[{"id":"secret-%[1]s","action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","repository":"secret/%[1]s","tag":"1.0.0"},"request":{"host":%[2]q}}]}`, name, a.Registry)
+			code, answer := send(t, a.ScanURL+"/hook/distribution/default", strings.NewReader(body), map[string]string{"Authorization": "Bearer " + a.Token})
+			if code != http.StatusAccepted {
+				t.Fatalf("push for %s: %d %s", name, code, answer)
+			}
+			answers.WriteString(answer)
+		}
+		// Wait for both scans to fail into the status.
+		deadline := time.Now().Add(30 * time.Second)
+		var statuses string
+		for {
+			statuses = ""
+			failed := 0
+			for _, name := range []string{"socks-proxy", "dead-proxy"} {
+				r, err := a.Kube.Repositories.Get(ctx, "default", name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := json.Marshal(r.Status)
+				statuses += string(b)
+				for _, c := range r.Status.Conditions {
+					if c.Type == "Ready" && c.Status == metav1.ConditionFalse {
+						failed++
+					}
+				}
+			}
+			if failed == 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the scans through the proxies did not fail within 30s: %s", statuses)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		evs, err := core.Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventsJSON, _ := json.Marshal(evs.Items)
+		places := map[string]string{"statuses": statuses, "Events": string(eventsJSON), "answers": answers.String()}
+		for _, c := range []string{stack.Scan, stack.Policy, stack.Cron} {
+			b, _ := os.ReadFile(a.Log(c))
+			places[c+" log"] = string(b)
+		}
+		for place, text := range places {
+			if strings.Contains(text, planted) {
+				t.Errorf("the %s hold a planted password", place)
+			}
+		}
+		if !strings.Contains(statuses, "socks5://") {
+			t.Errorf("the status does not say which proxy failed: %s", statuses)
+		}
+	})
+
 	t.Run("memory stays bounded", func(t *testing.T) {
 		_, peak := a.rss(t)
+		t.Logf("scan function: working set %d MiB after the first push, peak %d MiB through the attacks", baseline>>20, peak>>20)
 		if limit := baseline + 64<<20; peak > limit {
 			t.Errorf("scan function peak RSS %d MiB, over its working set %d MiB + 64 MiB", peak>>20, baseline>>20)
 		}
