@@ -277,7 +277,7 @@ func (s *Scanner) specScanned(repo *v1.ImageRepository, canonical string) bool {
 		slices.Equal(repo.GetExclusionList(), st.ObservedExclusionList)
 }
 
-// addPushed confirms each pushed tag with a HEAD request and adds those that exist and that
+// addPushed confirms each pushed tag (registry.Scan.Confirm) and adds those that exist and that
 // the exclusion list keeps. It reports false when a full listing must be done instead: the
 // store holds no list of identity id to add to, or the registry could not confirm a tag.
 func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, id store.Identity, tags []string) (store.Entry, bool, error) {
@@ -286,7 +286,7 @@ func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, 
 		if sc.Excluded(tag) || slices.Contains(confirmed, tag) {
 			continue
 		}
-		if _, err := sc.Head(ctx, tag); err != nil {
+		if err := sc.Confirm(ctx, tag); err != nil {
 			return store.Entry{}, false, nil
 		}
 		confirmed = append(confirmed, tag)

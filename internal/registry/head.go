@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -26,10 +27,39 @@ func (s *Scan) Head(ctx context.Context, tag string) (string, error) {
 	// second ping, no retry layer of its own.
 	desc, err := remote.Head(s.repo.Tag(ref.TagStr()), remote.WithTransport(s.rt), remote.WithContext(ctx))
 	if err != nil {
-		if terr, ok := errors.AsType[*transport.Error](err); ok && terr.StatusCode == http.StatusNotFound {
+		if notFound(err) {
 			return "", s.fail(ctx, what, fmt.Errorf("tag %q not found: %w", tag, err))
 		}
 		return "", s.fail(ctx, what, err)
 	}
 	return desc.Digest.String(), nil
+}
+
+// confirmDelays are the waits between the HEADs of Confirm after a 404: 375 ms in all.
+var confirmDelays = [...]time.Duration{25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond}
+
+// Confirm checks that tag, which a push event has just announced, exists: a HEAD, and while the
+// registry answers 404, a few more at short intervals, because some registries (CNCF
+// distribution 2.8 among them) send their notification before the tag can be read. It returns
+// the last HEAD's error.
+func (s *Scan) Confirm(ctx context.Context, tag string) error {
+	for i := 0; ; i++ {
+		_, err := s.Head(ctx, tag)
+		if err == nil || !notFound(err) || i == len(confirmDelays) {
+			return err
+		}
+		t := time.NewTimer(confirmDelays[i])
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// notFound tells a registry's 404 from other failures.
+func notFound(err error) bool {
+	terr, ok := errors.AsType[*transport.Error](err)
+	return ok && terr.StatusCode == http.StatusNotFound
 }

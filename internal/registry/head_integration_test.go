@@ -67,3 +67,33 @@ func TestIntegrationHeadRetriesAreNotMultiplied(t *testing.T) {
 		t.Errorf("%d HEAD requests, want 3: the first and two retries", n)
 	}
 }
+
+// TestIntegrationConfirmWaitsForAJustNotifiedTag: a tag that becomes readable shortly after it
+// was announced is confirmed; one that never does costs five HEADs and a 404.
+func TestIntegrationConfirmWaitsForAJustNotifiedTag(t *testing.T) {
+	reg := testenv.NewRegistry(t)
+	reg.Push(t, "app", "v1")
+	s, err := fast().Prepare(context.Background(), nil, imageRepository("default", reg.Image("app")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	pushed := make(chan struct{})
+	go func() {
+		defer close(pushed)
+		time.Sleep(60 * time.Millisecond)
+		reg.Push(t, "app", "v2")
+	}()
+	if err := s.Confirm(context.Background(), "v2"); err != nil {
+		t.Errorf("Confirm(v2) of a tag readable 60 ms after the event: %v", err)
+	}
+	<-pushed
+
+	before := countPaths(reg, "/manifests/")
+	err = s.Confirm(context.Background(), "never")
+	wantError(t, err, v1.ReadOperationFailedReason, `tag "never" not found`)
+	if n := countPaths(reg, "/manifests/") - before; n != 5 {
+		t.Errorf("%d HEADs for a tag that never appears, want 5", n)
+	}
+}
