@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -239,4 +240,50 @@ func status(t *testing.T, method, url string, req *http.Request) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestScanFunctionIntegrationScanOutlivesItsRequest: a scan request whose sender stops waiting
+// (the cron reconciler's request times out) still runs to the repository's own timeout, and its
+// failure is written.
+func TestScanFunctionIntegrationScanOutlivesItsRequest(t *testing.T) {
+	f := newFunction(t)
+	// A registry that accepts connections and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	r := &v1.ImageRepository{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "slow"},
+		Spec: v1.ImageRepositorySpec{Image: ln.Addr().String() + "/app", Insecure: true,
+			Interval: metav1.Duration{Duration: time.Hour}, Timeout: &metav1.Duration{Duration: 2 * time.Second}},
+	}
+	if _, err := f.kube.Repositories.Create(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, f.events.URL+"/", strings.NewReader(fmt.Sprintf(`{"namespace":%q,"name":"slow"}`, f.ns)))
+	for k, v := range map[string]string{"Ce-Specversion": "1.0", "Ce-Type": events.TypeScanRequested, "Ce-Source": events.SourceCron, "Ce-Id": "slow-1", "Content-Type": "application/json"} {
+		req.Header.Set(k, v)
+	}
+	impatient := &http.Client{Timeout: 200 * time.Millisecond}
+	if resp, err := impatient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the scan request was answered (%d) before the registry's timeout", resp.StatusCode)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, err := f.kube.Repositories.Get(context.Background(), f.ns, "slow")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == "Ready" && c.Status == metav1.ConditionFalse {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no failure written 20s after the sender gave up: %+v", got.Status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

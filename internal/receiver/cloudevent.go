@@ -116,7 +116,19 @@ func (r *Receiver) scanRequested(ctx context.Context, e cloudevents.Event) (resu
 }
 
 func (r *Receiver) scanNow(ctx context.Context, namespace, name, why string) (result, error) {
-	out, err := r.scanner.Scan(ctx, namespace, name, nil)
+	// The scan runs to its own deadline (the ImageRepository's spec.timeout, which the scanner
+	// applies) whoever asked for it: a sender that stops waiting, such as the cron reconciler's
+	// request timing out, must not cut it off before its outcome is written. Shutdown still
+	// cancels it.
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		return result{message: "not scanned: shutting down"}, fmt.Errorf("scanning ImageRepository %s/%s: the function is shutting down", namespace, name)
+	}
+	r.inFlight.Add(1)
+	r.mu.Unlock()
+	defer r.inFlight.Done()
+	out, err := r.scanner.Scan(trace.Copy(r.base, ctx), namespace, name, nil)
 	res := result{message: describe(out, why), annotated: nil}
 	if err != nil {
 		return res, fmt.Errorf("scanning ImageRepository %s/%s: %w", namespace, name, err)
