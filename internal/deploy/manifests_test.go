@@ -329,6 +329,7 @@ func TestTriggersRouteEveryEventIntegration(t *testing.T) {
 		{"io.imagereflector.scan.requested.v1", "", "reflector-scan"}:                  true,
 		{"dev.knative.apiserver.resource.add", "ImageRepository", "reflector-scan"}:    true,
 		{"dev.knative.apiserver.resource.update", "ImageRepository", "reflector-scan"}: true,
+		{"dev.knative.apiserver.resource.delete", "ImageRepository", "reflector-scan"}: true,
 		{"io.imagereflector.tags.changed.v1", "", "reflector-policy"}:                  true,
 		{"io.imagereflector.policy.requested.v1", "", "reflector-policy"}:              true,
 		{"dev.knative.apiserver.resource.add", "ImagePolicy", "reflector-policy"}:      true,

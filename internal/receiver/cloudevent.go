@@ -25,6 +25,7 @@ import (
 const (
 	APIServerResourceAdd    = "dev.knative.apiserver.resource.add"
 	APIServerResourceUpdate = "dev.knative.apiserver.resource.update"
+	APIServerResourceDelete = "dev.knative.apiserver.resource.delete"
 )
 
 // cloudEventProvider is the provider label of registry pushes that arrive as CloudEvents.
@@ -43,7 +44,8 @@ func (r *Receiver) CloudEvents() http.Handler {
 //     only an error of the scanner itself (the API server, the store) is returned, so that the
 //     broker redelivers.
 //   - ApiServerSource add and update of an ImageRepository: scanned when reconcile.RepositoryDue
-//     says so; the update that a scan's own status write causes is not due.
+//     says so; the update that a scan's own status write causes is not due. A delete removes
+//     the repository's tags from the store.
 //   - registry pushes (CDEvents, Event Grid, Eventarc): matched in every namespace, annotated,
 //     and scanned in the background, as a webhook is.
 //
@@ -84,6 +86,8 @@ func (r *Receiver) handleCloudEvent(ctx context.Context, e cloudevents.Event) (r
 		return r.scanRequested(ctx, e)
 	case t == APIServerResourceAdd || t == APIServerResourceUpdate:
 		return r.apiServerEvent(ctx, e)
+	case t == APIServerResourceDelete:
+		return r.apiServerDelete(ctx, e)
 	}
 	evs, err := webhook.ParseCloudEvent(e.Type(), e.Source(), e.ID(), e.Data())
 	switch {
@@ -181,6 +185,20 @@ func decodeRepositoryEvent(data []byte) (repo *v1.ImageRepository, ignored strin
 		return nil, "", fmt.Errorf("the ImageRepository: %w", err)
 	}
 	return repo, "", nil
+}
+
+// apiServerDelete forgets the tags of a deleted ImageRepository: the scanner finds it gone and
+// deletes its store entry. An object of the same name created since is scanned instead, which
+// replaces the entry.
+func (r *Receiver) apiServerDelete(ctx context.Context, e cloudevents.Event) (result, error) {
+	repo, ignored, err := decodeRepositoryEvent(e.Data())
+	if err != nil {
+		return result{message: "rejected"}, fmt.Errorf("%s %s: %w", e.Type(), e.ID(), err)
+	}
+	if ignored != "" {
+		return result{message: "ignored: " + ignored}, nil
+	}
+	return r.scanNow(ctx, repo.Namespace, repo.Name, "deleted")
 }
 
 // apiServerEvent scans the ImageRepository of an ApiServerSource event when it is due.

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/receiver"
+	"github.com/imagereflector/reflector/internal/reconcile"
 )
 
 // postEvent sends one CloudEvent to the fixture in binary or structured mode and returns the
@@ -109,6 +111,22 @@ func TestCloudEventIntegration(t *testing.T) {
 	}
 	if f.tagListings("") != listings+1 || f.get(t, ns, "source").Status.LastHandledReconcileAt != "2030-01-01T00:00:00Z" {
 		t.Error("a requested reconcile announced by ApiServerSource was not scanned")
+	}
+
+	// A delete takes the repository's tags out of the store.
+	storeKey := reconcile.StoreKey(ns, "source")
+	if keys, err := f.store.Keys(t.Context()); err != nil || !slices.Contains(keys, storeKey) {
+		t.Fatalf("store keys %v, %v: want %s", keys, err, storeKey)
+	}
+	gone := withTypeMeta(mustJSON(t, f.get(t, ns, "source")))
+	if err := f.kube.Repositories.Delete(t.Context(), ns, "source"); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := f.postEvent(t, false, receiver.APIServerResourceDelete, "delete-1", gone); code != http.StatusAccepted {
+		t.Fatalf("delete event: %d %s", code, body)
+	}
+	if keys, err := f.store.Keys(t.Context()); err != nil || slices.Contains(keys, storeKey) {
+		t.Errorf("store keys after the delete event: %v, %v", keys, err)
 	}
 
 	// CDEvents artifact.published from the CDEvents spec, matched in every namespace.
