@@ -531,3 +531,69 @@ func TestOIDCComponentIntegration(t *testing.T) {
 		t.Error("the public reflector-webhook must not require OIDC: registries cannot present it")
 	}
 }
+
+// TestStoreIsSharedIntegration: every workload that touches the tag store (both functions'
+// Services and the cron reconciler's Jobs) mounts the one ReadWriteOnce claim where its
+// REFLECTOR_STORE_DIR points, and keeps to the node of the others.
+func TestStoreIsSharedIntegration(t *testing.T) {
+	env := testenv.Kube(t)
+	installKnativeCRDs(t, env)
+	ensureNamespace(t, env)
+	a := newApplier(env)
+	podSpecs := map[string][]string{
+		"Service/reflector-webhook": {"spec", "template"},
+		"Service/reflector-scan":    {"spec", "template"},
+		"Service/reflector-policy":  {"spec", "template"},
+		"CronJob/reflector-cron":    {"spec", "jobTemplate", "spec", "template"},
+	}
+	seen := 0
+	for _, obj := range build(t, placeholderImages()) {
+		path, ok := podSpecs[obj.GetKind()+"/"+obj.GetName()]
+		if !ok {
+			continue
+		}
+		seen++
+		applied, err := a.apply(context.Background(), obj, true)
+		if err != nil {
+			t.Fatalf("%s rejected: %v", key(obj), err)
+		}
+		labels, _, _ := unstructured.NestedStringMap(applied.Object, append(path, "metadata", "labels")...)
+		if labels["reflector.imagereflector.io/store"] != "reflector-store" {
+			t.Errorf("%s: pods lack the store label: %v", key(obj), labels)
+		}
+		spec := append(path, "spec")
+		terms, _, _ := unstructured.NestedSlice(applied.Object, append(spec, "affinity", "podAffinity", "requiredDuringSchedulingIgnoredDuringExecution")...)
+		if len(terms) != 1 {
+			t.Errorf("%s: %d required pod affinity terms, want the store's", key(obj), len(terms))
+		}
+		volumes, _, _ := unstructured.NestedSlice(applied.Object, append(spec, "volumes")...)
+		claimVolume := ""
+		for _, v := range volumes {
+			vm, _ := v.(map[string]any)
+			if claim, _, _ := unstructured.NestedString(vm, "persistentVolumeClaim", "claimName"); claim == "reflector-store" {
+				claimVolume, _ = vm["name"].(string)
+			}
+		}
+		containers, _, _ := unstructured.NestedSlice(applied.Object, append(spec, "containers")...)
+		c, _ := containers[0].(map[string]any)
+		dir := ""
+		envs, _ := c["env"].([]any)
+		for _, e := range envs {
+			if m, _ := e.(map[string]any); m["name"] == "REFLECTOR_STORE_DIR" {
+				dir, _ = m["value"].(string)
+			}
+		}
+		mounted := false
+		mounts, _ := c["volumeMounts"].([]any)
+		for _, m := range mounts {
+			mm, _ := m.(map[string]any)
+			mounted = mounted || (mm["name"] == claimVolume && mm["mountPath"] == dir && dir != "")
+		}
+		if claimVolume == "" || !mounted {
+			t.Errorf("%s: REFLECTOR_STORE_DIR %q is not the mount of claim reflector-store", key(obj), dir)
+		}
+	}
+	if seen != len(podSpecs) {
+		t.Errorf("found %d of the %d workloads", seen, len(podSpecs))
+	}
+}

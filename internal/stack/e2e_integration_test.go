@@ -5,12 +5,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/stack"
+	"github.com/imagereflector/reflector/internal/store"
 )
 
 const manifests = `apiVersion: image.toolkit.fluxcd.io/v1
@@ -143,5 +145,27 @@ func TestEndToEndIntegration(t *testing.T) {
 		}
 		wait("stable", "1.5.0")
 		wait("preview", "1.5.0")
+	})
+
+	t.Run("the store forgets a deleted ImageRepository", func(t *testing.T) {
+		// The process that finds the object gone deletes its entry: the cron reconciler's
+		// pass here, as on Knative, where its CronJob mounts the store (and a delete Trigger
+		// tells the scan function at once).
+		if err := s.Kube.Repositories.Delete(ctx, "default", "app"); err != nil {
+			t.Fatal(err)
+		}
+		st := store.New(s.StoreDir(), store.ReadOnly())
+		defer st.Close()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			keys, err := st.Keys(ctx)
+			if err == nil && !slices.Contains(keys, "default/app") {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("store keys 30s after the delete: %v, %v", keys, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 	})
 }

@@ -372,6 +372,11 @@ func (s *Stack) Restart(ctx context.Context, c string) error {
 	return s.start(ctx, c)
 }
 
+// StoreDir returns the directory of the Badger tag store that the processes share.
+func (s *Stack) StoreDir() string {
+	return filepath.Join(s.opts.Dir, "store")
+}
+
 // Log returns the path of a component's log.
 func (s *Stack) Log(c string) string {
 	return filepath.Join(s.opts.Dir, "logs", c+".log")
