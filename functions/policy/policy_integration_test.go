@@ -269,7 +269,7 @@ func TestPolicyFunctionIntegrationHTTPForms(t *testing.T) {
 	}
 	p := f.get(t, "two")
 	if ready := apimeta.FindStatusCondition(p.Status.Conditions, v1.ReadyCondition); ready == nil ||
-		ready.Message != "Latest image tag for ghcr.io/org/app resolved to 1.1.0" {
+		ready.Message != "Latest image tag for 'ghcr.io/org/app' resolved to 1.1.0" {
 		t.Errorf("status of two: %+v", p.Status)
 	}
 

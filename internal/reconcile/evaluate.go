@@ -319,18 +319,10 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 // readyMessage is Flux's Ready message of a resolved ImagePolicy.
 func readyMessage(st *v1.ImagePolicyStatus) string {
 	latest := st.LatestRef
-	msg := fmt.Sprintf("Latest image tag for %s resolved to %s", latest.Name, latest.Tag)
-	if latest.Digest != "" {
-		msg += " with digest " + latest.Digest
+	if prev := st.ObservedPreviousRef; prev != nil && prev.Tag != "" && prev.Tag != latest.Tag {
+		return fmt.Sprintf("Latest image tag for '%s' updated from %s to %s", latest.Name, prev.Tag, latest.Tag)
 	}
-	if prev := st.ObservedPreviousRef; prev != nil && *prev != *latest {
-		msg += fmt.Sprintf(" (previously %s:%s", prev.Name, prev.Tag)
-		if prev.Digest != "" {
-			msg += "@" + prev.Digest
-		}
-		msg += ")"
-	}
-	return msg
+	return fmt.Sprintf("Latest image tag for '%s' resolved to %s", latest.Name, latest.Tag)
 }
 
 // fail writes a failed evaluation, leaving latestRef and observedPreviousRef as they are.

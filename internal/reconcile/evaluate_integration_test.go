@@ -45,21 +45,21 @@ func TestEvaluateIntegrationRules(t *testing.T) {
 		{name: "semver", tags: []string{"1.0.0", "1.2.0", "2.0.0-rc.1", "latest"},
 			spec:   v1.ImagePolicySpec{Policy: semver(">=1.0.0")},
 			result: reconcile.PolicySucceeded, tag: "1.2.0", reason: v1.SucceededReason,
-			message: "Latest image tag for ghcr.io/org/app resolved to 1.2.0 (previously ghcr.io/org/app:0.0.1)"},
+			message: "Latest image tag for 'ghcr.io/org/app' updated from 0.0.1 to 1.2.0"},
 		{name: "semver-prerelease", tags: []string{"1.0.0", "1.2.0", "2.0.0-rc.1"},
 			spec:   v1.ImagePolicySpec{Policy: semver(">=1.0.0-0")},
 			result: reconcile.PolicySucceeded, tag: "2.0.0-rc.1", reason: v1.SucceededReason,
-			message: "resolved to 2.0.0-rc.1 (previously"},
+			message: "updated from 0.0.1 to 2.0.0-rc.1"},
 		{name: "alphabetical-desc", tags: []string{"beta", "alpha", "gamma"},
 			spec:   v1.ImagePolicySpec{Policy: alphabetical(v1.OrderDesc)},
-			result: reconcile.PolicySucceeded, tag: "alpha", reason: v1.SucceededReason, message: "resolved to alpha"},
+			result: reconcile.PolicySucceeded, tag: "alpha", reason: v1.SucceededReason, message: "updated from 0.0.1 to alpha"},
 		{name: "numerical", tags: []string{"1", "10", "9"},
 			spec:   v1.ImagePolicySpec{Policy: numerical(v1.OrderAsc)},
-			result: reconcile.PolicySucceeded, tag: "10", reason: v1.SucceededReason, message: "resolved to 10"},
+			result: reconcile.PolicySucceeded, tag: "10", reason: v1.SucceededReason, message: "updated from 0.0.1 to 10"},
 		{name: "filter-extract", tags: []string{"main-3-abc", "main-10-def", "dev-20-xyz"},
 			spec: v1.ImagePolicySpec{Policy: numerical(v1.OrderAsc),
 				FilterTags: &v1.TagFilter{Pattern: `^main-(?P<n>\d+)-`, Extract: "$n"}},
-			result: reconcile.PolicySucceeded, tag: "main-10-def", reason: v1.SucceededReason, message: "resolved to main-10-def"},
+			result: reconcile.PolicySucceeded, tag: "main-10-def", reason: v1.SucceededReason, message: "updated from 0.0.1 to main-10-def"},
 		{name: "missing-repository", noRepo: true, tags: []string{"1.0.0"},
 			spec:   v1.ImagePolicySpec{Policy: semver("*")},
 			result: reconcile.PolicyFailed, reason: v1.DependencyNotReadyReason, message: "does not exist"},
@@ -226,7 +226,7 @@ func TestEvaluateIntegrationPolicyEdited(t *testing.T) {
 	}
 	p := f.get(t, f.ns, "app")
 	checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, "", false)
-	if msg := p.Status.Conditions[0].Message; msg != "Latest image tag for ghcr.io/org/app resolved to 2.0.0" {
+	if msg := p.Status.Conditions[0].Message; msg != "Latest image tag for 'ghcr.io/org/app' resolved to 2.0.0" {
 		t.Errorf("message %q", msg)
 	}
 	if p.Status.ObservedPreviousRef != nil || p.Status.ObservedGeneration != created.Generation {
@@ -240,7 +240,7 @@ func TestEvaluateIntegrationPolicyEdited(t *testing.T) {
 		t.Errorf("after the edit: %+v", out)
 	}
 	p = f.get(t, f.ns, "app")
-	const msg = "Latest image tag for ghcr.io/org/app resolved to zeta (previously ghcr.io/org/app:2.0.0)"
+	const msg = "Latest image tag for 'ghcr.io/org/app' updated from 2.0.0 to zeta"
 	checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, msg, false)
 	if p.Generation == created.Generation || !sameRef(p.Status.LatestRef, second) || !sameRef(p.Status.ObservedPreviousRef, first) {
 		t.Errorf("status after the edit: generation %d, %+v", p.Generation, p.Status)
