@@ -51,7 +51,9 @@ test: check-generated lint deps testenv
 unit:
 	$(GO) test -count=1 -short ./...
 
-## fuzz: run every fuzz target for FUZZTIME each (the corpus it finds stays in testdata/fuzz).
+## fuzz: run every fuzz target for FUZZTIME each. Go keeps the corpus it finds in its cache
+## ($(go env GOCACHE)/fuzz); testdata/fuzz holds only seeds and inputs that once failed, which
+## every go test replays: copy a failing input there when you fix what it found.
 ## The default is a number of inputs, not a duration: a duration's deadline can fall while the
 ## fuzzer minimizes a new input, which fails the run with "context deadline exceeded".
 fuzz:
