@@ -276,8 +276,8 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 // finalize cleans up after a repository being deleted, suspended or not: its tags leave the
 // store, and then Flux's finalizer, which reflector never adds but finds on objects that Flux's
 // controller reconciled, is removed so that the deletion completes. Other finalizers are left to
-// their owners. The entry goes only when it was listed for this object: a successor of the same
-// name may be scanned before this deletion is noticed.
+// their owners. The entry goes only when it was listed for this object: once another process
+// has removed the finalizer, a successor of the same name may be scanned before this runs.
 func (s *Scanner) finalize(ctx context.Context, repo *v1.ImageRepository) (ScanOutcome, error) {
 	out := ScanOutcome{Skipped: SkippedDeleting}
 	key := StoreKey(repo.Namespace, repo.Name)
