@@ -1,7 +1,7 @@
 // Command cron is reflector's reconcile fallback. Each pass lists every ImageRepository and
 // ImagePolicy, decides what is due (never scanned, interval elapsed, edited, `flux reconcile`
-// requested, digest refresh, retry after failure) and sends it to the scan and policy functions
-// as CloudEvents. With --once it runs one pass, as a Kubernetes CronJob does; otherwise it loops
+// requested, digest refresh, retry after failure, deleted but held by the finalizer of Flux's
+// controller) and sends it to the scan and policy functions as CloudEvents. With --once it runs one pass, as a Kubernetes CronJob does; otherwise it loops
 // every --every.
 package main
 

@@ -79,9 +79,9 @@ func decodeObject(e cloudevents.Event, v any, namespace, name *string) error {
 
 // notDue tells why an ApiServerSource event about pol needs no evaluation ("" when it does).
 // Events about other kinds are not for this function. A full object (Resource mode) is due when
-// its generation or reconcile request is new; a bare reference (Reference mode) always is, and the
-// evaluator skips it when nothing changed. The status writes of evaluations come back as update
-// events and are not due.
+// its generation or reconcile request is new, or when it is being deleted and holds Flux's
+// finalizer; a bare reference (Reference mode) always is, and the evaluator skips it when nothing
+// changed. The status writes of evaluations come back as update events and are not due.
 func notDue(pol *v1.ImagePolicy) string {
 	if pol.Kind != "" && pol.Kind != v1.ImagePolicyKind {
 		return "not an ImagePolicy: " + pol.Kind
@@ -90,7 +90,7 @@ func notDue(pol *v1.ImagePolicy) string {
 		return ""
 	}
 	if reconcile.PolicyDue(pol, "", reconcile.Window{Now: time.Now()}) == "" {
-		return "not due: generation and reconcile request already handled, or suspended"
+		return "not due: generation and reconcile request already handled, suspended, or being deleted"
 	}
 	return ""
 }

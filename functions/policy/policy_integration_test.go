@@ -9,12 +9,15 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/imagereflector/reflector/functions/policy"
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
@@ -237,6 +240,36 @@ func TestPolicyFunctionIntegrationStructured(t *testing.T) {
 	}
 	if code, body := f.structured(t, "com.example.unknown", map[string]string{"x": "y"}); code != http.StatusAccepted {
 		t.Errorf("unknown type: %d %s", code, body)
+	}
+}
+
+// TestPolicyFunctionIntegrationFluxFinalizer: the ApiServerSource update that the deletion of
+// a policy holding Flux's finalizer causes is due, and its evaluation removes that finalizer,
+// so the policy goes; a policy being deleted that holds only another finalizer is not touched.
+func TestPolicyFunctionIntegrationFluxFinalizer(t *testing.T) {
+	f := newFunction(t)
+	f.setup(t, "1.0.0")
+	ctx := context.Background()
+	holders := map[string][]string{"one": {v1.ImageFinalizer}, "two": {"example.com/keep"}}
+	for name, finalizers := range holders {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": finalizers}})
+		if _, err := f.kube.Policies.Patch(ctx, f.ns, name, types.MergePatchType, patch); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.kube.Policies.Delete(ctx, f.ns, name); err != nil {
+			t.Fatal(err)
+		}
+		deleting := f.get(t, name)
+		deleting.Kind = v1.ImagePolicyKind
+		if code, body := f.structured(t, "dev.knative.apiserver.resource.update", deleting); code != http.StatusAccepted {
+			t.Fatalf("ApiServerSource update of %s: %d %s", name, code, body)
+		}
+	}
+	if _, err := f.kube.Policies.Get(ctx, f.ns, "one"); !apierrors.IsNotFound(err) {
+		t.Errorf("the policy holding Flux's finalizer: %v, want it gone", err)
+	}
+	if p := f.get(t, "two"); !slices.Equal(p.Finalizers, holders["two"]) || p.Status.LatestRef != nil {
+		t.Errorf("the policy holding another finalizer: finalizers %v, latestRef %v", p.Finalizers, p.Status.LatestRef)
 	}
 }
 

@@ -3,15 +3,20 @@ package receiver_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/receiver"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/store"
 )
 
 // postEvent sends one CloudEvent to the fixture in binary or structured mode and returns the
@@ -175,4 +180,54 @@ func withTypeMeta(obj []byte) []byte {
 	m["kind"] = "ImageRepository"
 	b, _ := json.Marshal(m)
 	return b
+}
+
+// TestCloudEventIntegrationDeletionReleasesFluxFinalizer: the ApiServerSource update that a
+// deletion causes makes a repository holding Flux's finalizer due; the scan deletes its tags
+// from the store and removes the finalizer, so the object goes. One holding only another
+// finalizer is not due.
+func TestCloudEventIntegrationDeletionReleasesFluxFinalizer(t *testing.T) {
+	f := newFixture(t)
+	ns := f.namespace(t, "")
+	f.reg.Push(t, "ce/deleted", "1.0.0")
+	holders := map[string][]string{"flux": {v1.ImageFinalizer}, "other": {"example.com/keep"}}
+	for name, finalizers := range holders {
+		f.createRepo(t, ns, name, f.reg.Image("ce/deleted"), func(r *v1.ImageRepository) { r.Finalizers = finalizers })
+		data, _ := json.Marshal(events.ObjectRef{Namespace: ns, Name: name, Reason: "never scanned"})
+		if code, body := f.postEvent(t, false, events.TypeScanRequested, "scan-"+name, data); code != http.StatusAccepted {
+			t.Fatalf("scan request: %d %s", code, body)
+		}
+	}
+	id, err := reconcile.RepositoryIdentity(f.get(t, ns, "flux"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Get(t.Context(), reconcile.StoreKey(ns, "flux"), id); err != nil {
+		t.Fatalf("no tags stored: %v", err)
+	}
+	listings := f.tagListings("")
+	for name := range holders {
+		if err := f.kube.Repositories.Delete(t.Context(), ns, name); err != nil {
+			t.Fatal(err)
+		}
+		obj := withTypeMeta(mustJSON(t, f.get(t, ns, name)))
+		if code, body := f.postEvent(t, true, receiver.APIServerResourceUpdate, "delete-"+name, obj); code != http.StatusAccepted {
+			t.Fatalf("update event of %s: %d %s", name, code, body)
+		}
+	}
+	if _, err := f.kube.Repositories.Get(t.Context(), ns, "flux"); !apierrors.IsNotFound(err) {
+		t.Errorf("the repository holding Flux's finalizer: %v, want it gone", err)
+	}
+	if _, err := f.store.Get(t.Context(), reconcile.StoreKey(ns, "flux"), id); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("its store entry: %v, want none", err)
+	}
+	if r := f.get(t, ns, "other"); !slices.Equal(r.Finalizers, holders["other"]) {
+		t.Errorf("the other repository's finalizers: %v", r.Finalizers)
+	}
+	if f.tagListings("") != listings {
+		t.Error("a repository being deleted was scanned")
+	}
+	if !strings.Contains(f.logs.String(), `"finalizer_removed":"finalizers.fluxcd.io"`) {
+		t.Error("no log line tells of the removal")
+	}
 }

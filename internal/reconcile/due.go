@@ -28,6 +28,7 @@ const (
 	DueRetry             = "retrying after failure"
 	DueDigestRefresh     = "digest refresh"
 	DueTagsChanged       = "tags changed"
+	DueFinalizer         = "deleted, holds Flux's finalizer"
 )
 
 // Window is the span of time that one cron pass answers for: every pass asks "did anything
@@ -39,9 +40,13 @@ type Window struct {
 }
 
 // RepositoryDue tells whether an ImageRepository needs a scan and why ("" when it does not).
-// Suspended repositories are never due.
+// Suspended repositories are never due. A repository being deleted is due only while it holds
+// Flux's finalizer, which the scan removes, suspended or not, as Flux's controller does.
 func RepositoryDue(repo *v1.ImageRepository, w Window) string {
-	if repo.Spec.Suspend || !repo.DeletionTimestamp.IsZero() {
+	if !repo.DeletionTimestamp.IsZero() {
+		return finalizerDue(repo)
+	}
+	if repo.Spec.Suspend {
 		return ""
 	}
 	st := &repo.Status
@@ -82,9 +87,13 @@ func RepositoryDue(repo *v1.ImageRepository, w Window) string {
 
 // PolicyDue tells whether an ImagePolicy needs an evaluation and why ("" when it does not).
 // repoRevision is the tag revision its ImageRepository reports ("" when unknown): the scan
-// function announces every change, and this catches the announcements that were lost.
+// function announces every change, and this catches the announcements that were lost. A policy
+// being deleted is due only while it holds Flux's finalizer, as RepositoryDue.
 func PolicyDue(pol *v1.ImagePolicy, repoRevision string, w Window) string {
-	if pol.Spec.Suspend || !pol.DeletionTimestamp.IsZero() {
+	if !pol.DeletionTimestamp.IsZero() {
+		return finalizerDue(pol)
+	}
+	if pol.Spec.Suspend {
 		return ""
 	}
 	st := &pol.Status
@@ -110,6 +119,15 @@ func PolicyDue(pol *v1.ImagePolicy, repoRevision string, w Window) string {
 		if crossed(w, policyRetryPeriod, offset(pol.Namespace, pol.Name)) {
 			return DueRetry
 		}
+	}
+	return ""
+}
+
+// finalizerDue tells whether an object being deleted waits for reflector: it holds the
+// finalizer of Flux's controller, which nobody else will remove.
+func finalizerDue(obj metav1.Object) string {
+	if slices.Contains(obj.GetFinalizers(), v1.ImageFinalizer) {
+		return DueFinalizer
 	}
 	return ""
 }

@@ -33,6 +33,15 @@ func scanned(scanTime time.Time, mutate ...func(*v1.ImageRepository)) *v1.ImageR
 	return r
 }
 
+// deleting marks an object as being deleted while it holds finalizers.
+func deleting[T metav1.Object](finalizers ...string) func(T) {
+	return func(obj T) {
+		ts := metav1.NewTime(now.Add(-time.Second))
+		obj.SetDeletionTimestamp(&ts)
+		obj.SetFinalizers(finalizers)
+	}
+}
+
 func TestRepositoryDue(t *testing.T) {
 	w := Window{Now: now, Period: time.Minute}
 	failing := func(r *v1.ImageRepository) {
@@ -66,6 +75,13 @@ func TestRepositoryDue(t *testing.T) {
 		{"suspended and never scanned", scanned(now, func(r *v1.ImageRepository) {
 			r.Spec.Suspend = true
 			r.Status = v1.ImageRepositoryStatus{}
+		}), ""},
+		{"deleted, holding Flux's finalizer", scanned(now, deleting[*v1.ImageRepository](v1.ImageFinalizer, "example.com/other")), DueFinalizer},
+		{"deleted and suspended, holding Flux's finalizer", scanned(now, deleting[*v1.ImageRepository](v1.ImageFinalizer), func(r *v1.ImageRepository) {
+			r.Spec.Suspend = true
+		}), DueFinalizer},
+		{"deleted, holding another finalizer", scanned(now.Add(-time.Hour), deleting[*v1.ImageRepository]("example.com/other"), func(r *v1.ImageRepository) {
+			r.Generation = 9
 		}), ""},
 	}
 	for _, tt := range tests {
@@ -130,6 +146,13 @@ func TestPolicyDue(t *testing.T) {
 			p.Annotations = map[string]string{v1.ReconcileRequestAnnotation: "x"}
 		}), DueRequested},
 		{"suspended", policy(func(p *v1.ImagePolicy) { p.Spec.Suspend = true; p.Generation = 5 }), ""},
+		{"deleted, holding Flux's finalizer", policy(deleting[*v1.ImagePolicy](v1.ImageFinalizer)), DueFinalizer},
+		{"deleted and suspended, holding Flux's finalizer", policy(deleting[*v1.ImagePolicy](v1.ImageFinalizer), func(p *v1.ImagePolicy) {
+			p.Spec.Suspend = true
+		}), DueFinalizer},
+		{"deleted, holding another finalizer", policy(deleting[*v1.ImagePolicy]("example.com/other"), func(p *v1.ImagePolicy) {
+			p.Generation = 2
+		}), ""},
 		{"stalled waits for a spec change", policy(func(p *v1.ImagePolicy) {
 			p.Status.Conditions = []metav1.Condition{
 				{Type: v1.ReadyCondition, Status: metav1.ConditionFalse},

@@ -37,6 +37,9 @@ const (
 	PolicyFailed = "failed"
 	// PolicyStalled: Ready=False and Stalled=True; only a spec change helps.
 	PolicyStalled = "stalled"
+	// PolicyDeleting: the ImagePolicy is being deleted; nothing was evaluated, and Flux's
+	// finalizer, if it held it, was removed.
+	PolicyDeleting = "deleting"
 )
 
 // PolicyOutcome describes what one evaluation of an ImagePolicy did.
@@ -55,6 +58,8 @@ type PolicyOutcome struct {
 	Message string `json:"message,omitempty"`
 	// Duration is how long the evaluation took.
 	Duration time.Duration `json:"duration"`
+	// Finalized tells that the evaluation removed Flux's finalizer from a policy being deleted.
+	Finalized bool `json:"finalized,omitempty"`
 
 	// suspended and deleting describe the policy as read, for the reconcile metric.
 	suspended, deleting bool
@@ -160,6 +165,9 @@ func (e *Evaluator) logged(ctx context.Context, out PolicyOutcome, start time.Ti
 	if out.Changed {
 		attrs = append(attrs, "changed", true)
 	}
+	if out.Finalized {
+		attrs = append(attrs, "finalizer_removed", v1.ImageFinalizer)
+	}
 	if out.Reason != "" {
 		attrs = append(attrs, "reason", out.Reason, "message", out.Message)
 	}
@@ -177,7 +185,10 @@ func (e *Evaluator) logged(ctx context.Context, out PolicyOutcome, start time.Ti
 func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImagePolicy) (PolicyOutcome, error) {
 	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Latest: pol.Status.LatestRef,
 		suspended: pol.Spec.Suspend, deleting: !pol.DeletionTimestamp.IsZero()}
-	if pol.Spec.Suspend || !pol.DeletionTimestamp.IsZero() {
+	if !pol.DeletionTimestamp.IsZero() {
+		return e.finalize(ctx, pol, out)
+	}
+	if pol.Spec.Suspend {
 		out.Result = PolicySuspended
 		return out, nil
 	}
@@ -247,6 +258,22 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 			"failed fetching digest of %s: %w", latest.String(), err))
 	}
 	return e.succeed(ctx, pol, token, latest, inputs)
+}
+
+// finalize lets a policy being deleted go, suspended or not: Flux's finalizer, which reflector
+// never adds but finds on objects that Flux's controller reconciled, is removed so that the
+// deletion completes. Other finalizers are left to their owners.
+func (e *Evaluator) finalize(ctx context.Context, pol *v1.ImagePolicy, out PolicyOutcome) (PolicyOutcome, error) {
+	out.Result = PolicyDeleting
+	e.forget(pol.Namespace, pol.Name)
+	wctx, cancel := writeContext(ctx)
+	defer cancel()
+	removed, err := e.Kube.Policies.RemoveFinalizer(wctx, pol, v1.ImageFinalizer)
+	if err != nil {
+		return out, fmt.Errorf("removing the finalizer %s of ImagePolicy %s/%s: %w", v1.ImageFinalizer, pol.Namespace, pol.Name, err)
+	}
+	out.Finalized = removed
+	return out, nil
 }
 
 // digest returns the digest that latestRef gets under the policy's digestReflectionPolicy:

@@ -46,12 +46,15 @@ type ScanOutcome struct {
 	// only a spec change can cure it.
 	Failure string `json:"failure,omitempty"`
 	Stalled bool   `json:"stalled,omitempty"`
+	// Finalized tells that the scan removed Flux's finalizer from a repository being deleted.
+	Finalized bool `json:"finalized,omitempty"`
 }
 
 // Skip reasons.
 const (
 	SkippedSuspended = "suspended"
 	SkippedDeleted   = "deleted"
+	SkippedDeleting  = "being deleted"
 	SkippedCoalesced = "coalesced into a running scan"
 )
 
@@ -156,6 +159,9 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 		attrs := []any{"namespace", namespace, "name", name, "duration", s.now().Sub(start)}
 		if out.Skipped != "" {
 			attrs = append(attrs, "skipped", out.Skipped)
+			if out.Finalized {
+				attrs = append(attrs, "finalizer_removed", v1.ImageFinalizer)
+			}
 		} else {
 			attrs = append(attrs, "incremental", out.Incremental, "revision", out.Revision,
 				"tags", out.TagCount, "changed", out.Changed)
@@ -186,6 +192,9 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 		return out, fmt.Errorf("reading ImageRepository %s: %w", key, err)
 	}
 	repo = got
+	if !repo.DeletionTimestamp.IsZero() {
+		return s.finalize(ctx, repo)
+	}
 	if repo.Spec.Suspend {
 		return ScanOutcome{Skipped: SkippedSuspended}, nil
 	}
@@ -264,6 +273,26 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 			}
 		}
 	}
+	return out, nil
+}
+
+// finalize cleans up after a repository being deleted, suspended or not: its tags leave the
+// store, and then Flux's finalizer, which reflector never adds but finds on objects that Flux's
+// controller reconciled, is removed so that the deletion completes. Other finalizers are left to
+// their owners. The entry goes only when it was listed for this object: once another process
+// has removed the finalizer, a successor of the same name may be scanned before this runs.
+func (s *Scanner) finalize(ctx context.Context, repo *v1.ImageRepository) (ScanOutcome, error) {
+	out := ScanOutcome{Skipped: SkippedDeleting}
+	key := StoreKey(repo.Namespace, repo.Name)
+	if _, err := s.Store.DeleteFor(ctx, key, string(repo.UID)); err != nil {
+		return out, fmt.Errorf("deleting the tags of ImageRepository %s: %w", key, err)
+	}
+	metrics.ForgetRepository(repo.Namespace, repo.Name)
+	removed, err := s.Kube.Repositories.RemoveFinalizer(ctx, repo, v1.ImageFinalizer)
+	if err != nil {
+		return out, fmt.Errorf("removing the finalizer %s of ImageRepository %s: %w", v1.ImageFinalizer, key, err)
+	}
+	out.Finalized = removed
 	return out, nil
 }
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/stack"
 	"github.com/imagereflector/reflector/internal/store"
@@ -168,4 +170,55 @@ func TestEndToEndIntegration(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	})
+
+	t.Run("objects Flux's controller left behind are deleted within a cron period or so", func(t *testing.T) {
+		if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(legacy, image))); err != nil {
+			t.Fatal(err)
+		}
+		wait("legacy", "1.5.0")
+		start := time.Now()
+		if err := s.Kube.Policies.Delete(ctx, "default", "legacy"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Kube.Repositories.Delete(ctx, "default", "legacy"); err != nil {
+			t.Fatal(err)
+		}
+		deadline := start.Add(60 * time.Second)
+		for {
+			_, perr := s.Kube.Policies.Get(ctx, "default", "legacy")
+			_, rerr := s.Kube.Repositories.Get(ctx, "default", "legacy")
+			if apierrors.IsNotFound(perr) && apierrors.IsNotFound(rerr) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("still there after a minute: policy %v, repository %v; logs in %s", perr, rerr, s.Log(stack.Cron))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("deleted %s after the request, with a cron period of 2s", time.Since(start).Round(100*time.Millisecond))
+	})
 }
+
+// legacy are objects as Flux's image-reflector-controller leaves them: holding its finalizer.
+const legacy = `apiVersion: image.toolkit.fluxcd.io/v1
+kind: ImageRepository
+metadata:
+  name: legacy
+  finalizers: [finalizers.fluxcd.io]
+spec:
+  image: %[1]s
+  interval: 1h
+  insecure: true
+---
+apiVersion: image.toolkit.fluxcd.io/v1
+kind: ImagePolicy
+metadata:
+  name: legacy
+  finalizers: [finalizers.fluxcd.io]
+spec:
+  imageRepositoryRef:
+    name: legacy
+  policy:
+    semver:
+      range: ^1.x
+`

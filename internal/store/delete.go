@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -24,4 +25,44 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return txn.Delete(tagsKey(key))
 	})
 	return s.keyError(key, err)
+}
+
+// DeleteFor removes the entry of key if it was listed for the object of
+// uid, as when that ImageRepository is being deleted, and reports whether it
+// did. An entry of another object (a successor of the same name that was
+// already scanned) or of none stays; an unreadable one goes. The check and the deletion are one
+// transaction.
+func (s *Store) DeleteFor(ctx context.Context, key, uid string) (bool, error) {
+	if err := checkKey(key); err != nil {
+		return false, err
+	}
+	if uid == "" {
+		return false, s.keyError(key, ErrIncompleteIdentity)
+	}
+	db, err := s.acquire(ctx, true)
+	if err != nil {
+		return false, err
+	}
+	defer s.release()
+	deleted := false
+	err = update(ctx, db, func(txn *badger.Txn) error {
+		deleted = false
+		m, err := readMeta(txn, key)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return nil
+		case errors.Is(err, ErrCorrupt):
+			// Nobody can use it, and keeping it would keep the object from being deleted.
+		case err != nil:
+			return err
+		case !m.Identity.complete() || m.Identity.UID != uid:
+			return nil
+		}
+		if err := txn.Delete(metaKey(key)); err != nil {
+			return err
+		}
+		deleted = true
+		return txn.Delete(tagsKey(key))
+	})
+	return deleted, s.keyError(key, err)
 }

@@ -168,3 +168,58 @@ func TestIncompleteIdentity(t *testing.T) {
 		t.Errorf("Keys = %v, %v; want none written", keys, err)
 	}
 }
+
+// DeleteFor deletes an entry only for the object it was listed for: the
+// deletion of an object never takes the tags of a successor of the same name
+// that was already scanned. Unreadable metadata goes too, since nobody can
+// use it.
+func TestDeleteFor(t *testing.T) {
+	ctx := testCtx(t)
+	s := newTestStore(t)
+	tags := []string{"1.0.0"}
+	successor := Identity{UID: "successor-uid", Image: testID.Image, Listing: testID.Listing}
+	if _, _, err := s.Put(ctx, "ns/app", successor, tags, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if deleted, err := s.DeleteFor(ctx, "ns/app", testID.UID); err != nil || deleted {
+		t.Fatalf("DeleteFor another object's entry = %v, %v; want kept", deleted, err)
+	}
+	if _, err := s.Get(ctx, "ns/app", successor); err != nil {
+		t.Fatalf("the successor's entry after DeleteFor of its predecessor: %v", err)
+	}
+	if deleted, err := s.DeleteFor(ctx, "ns/app", successor.UID); err != nil || !deleted {
+		t.Fatalf("DeleteFor the entry's own object = %v, %v; want deleted", deleted, err)
+	}
+	if _, err := s.Get(ctx, "ns/app", successor); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after DeleteFor = %v, want ErrNotFound", err)
+	}
+	if deleted, err := s.DeleteFor(ctx, "ns/app", successor.UID); err != nil || deleted {
+		t.Errorf("DeleteFor a missing entry = %v, %v; want nothing done", deleted, err)
+	}
+	if _, err := s.DeleteFor(ctx, "ns/app", ""); !errors.Is(err, ErrIncompleteIdentity) {
+		t.Errorf("DeleteFor without a UID = %v, want ErrIncompleteIdentity", err)
+	}
+
+	// Metadata written before identities were recorded belongs to nobody and stays; damaged
+	// metadata goes.
+	db, err := s.acquire(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(txn *badger.Txn) error {
+		if err := txn.Set(metaKey("ns/old"), []byte(`{"revision":"r"}`)); err != nil {
+			return err
+		}
+		return txn.Set(metaKey("ns/damaged"), []byte(`{"revision":`))
+	})
+	s.release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deleted, err := s.DeleteFor(ctx, "ns/old", testID.UID); err != nil || deleted {
+		t.Errorf("DeleteFor an entry without identity = %v, %v; want kept", deleted, err)
+	}
+	if deleted, err := s.DeleteFor(ctx, "ns/damaged", testID.UID); err != nil || !deleted {
+		t.Errorf("DeleteFor damaged metadata = %v, %v; want deleted", deleted, err)
+	}
+}

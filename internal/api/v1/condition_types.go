@@ -5,6 +5,11 @@ package v1
 // request has been acted upon. `flux reconcile` and reflector's scan function both set it.
 const ReconcileRequestAnnotation = "reconcile.fluxcd.io/requestedAt"
 
+// ImageFinalizer is the finalizer that Flux's image-reflector-controller puts on every object it
+// reconciles. reflector never adds it; it removes it from objects being deleted, so that objects
+// Flux's controller left behind are not kept forever.
+const ImageFinalizer = "finalizers.fluxcd.io"
+
 // Condition types, as all Flux objects use them.
 const (
 	// ReadyCondition tells whether the object's last reconciliation succeeded.
