@@ -94,7 +94,8 @@ func TestRecorderIntegrationHidesURLUserinfo(t *testing.T) {
 	rec := kube.NewRecorder(c.Core, "reflector-test")
 	rec.Warning(repo, "ReadOperationFailed", `Get "http://u:planted-password@127.0.0.1:1/v2/": EOF`)
 	rec.Normal(repo, "Succeeded", "sink socks5://u:planted-password@127.0.0.1:1080")
-	rec.Shutdown()
+	// Shutting the recorder down may drop what it has not sent yet: wait for both first.
+	defer rec.Shutdown()
 	var messages []string
 	for range 100 {
 		list, err := c.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})

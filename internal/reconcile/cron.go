@@ -108,6 +108,21 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 	var sum Summary
 	var work []dispatch
 
+	// stored holds the keys of the store's entries, when the pass has the store: a repository
+	// whose status shows a scan but whose tags are not stored (the store was lost or emptied,
+	// or the object was migrated from Flux's controller) is scanned now, not at its interval.
+	var stored map[string]bool
+	if p.Store != nil {
+		keys, err := p.Store.Keys(ctx)
+		if err != nil {
+			log.Warn("listing store keys", "error", err)
+		} else {
+			stored = make(map[string]bool, len(keys))
+			for _, k := range keys {
+				stored[k] = true
+			}
+		}
+	}
 	// live maps the store key of every ImageRepository to its tag revision.
 	live := map[string]string{}
 	err := p.listRepositories(ctx, func(r *v1.ImageRepository) {
@@ -116,8 +131,13 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 		if r.Status.LastScanResult != nil {
 			rev = r.Status.LastScanResult.Revision
 		}
-		live[StoreKey(r.Namespace, r.Name)] = rev
-		if reason := RepositoryDue(r, w); reason != "" {
+		key := StoreKey(r.Namespace, r.Name)
+		live[key] = rev
+		reason := RepositoryDue(r, w)
+		if reason == "" && stored != nil && !stored[key] && unstored(r) {
+			reason = DueNotStored
+		}
+		if reason != "" {
 			work = append(work, dispatch{to: p.Scan, ceType: events.TypeScanRequested,
 				ref: events.ObjectRef{Namespace: r.Namespace, Name: r.Name, Reason: reason}})
 		}
@@ -141,8 +161,8 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 	}
 	sum.Due = len(work)
 
-	if p.Store != nil {
-		sum.StoreDeleted = p.cleanStore(ctx, live, log)
+	if stored != nil {
+		sum.StoreDeleted = p.cleanStore(ctx, stored, live, log)
 	}
 
 	for i := range work {
@@ -204,14 +224,9 @@ feed:
 
 // cleanStore deletes the store entries of ImageRepositories that the complete listing did not
 // return. It runs only after both listings succeeded, so a partial view never deletes anything.
-func (p *Pass) cleanStore(ctx context.Context, live map[string]string, log *slog.Logger) int {
-	keys, err := p.Store.Keys(ctx)
-	if err != nil {
-		log.Warn("listing store keys", "error", err)
-		return 0
-	}
+func (p *Pass) cleanStore(ctx context.Context, stored map[string]bool, live map[string]string, log *slog.Logger) int {
 	n := 0
-	for _, k := range keys {
+	for k := range stored {
 		if _, ok := live[k]; ok {
 			continue
 		}

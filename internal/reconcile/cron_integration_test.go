@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -306,5 +307,41 @@ func TestCronIntegrationStoreCleanup(t *testing.T) {
 	}
 	if e, err := st.Get(ctx, reconcile.StoreKey(ns, "kept"), id); err != nil || len(e.Tags) != 1 {
 		t.Errorf("entry of a live repository: %+v, %v", e, err)
+	}
+	if got := scan.names(ns); len(got) != 0 {
+		t.Errorf("scan requests with every tag list stored: %v", got)
+	}
+
+	// A repository whose status shows a scan but whose tags the store lacks (the store was
+	// lost, or Flux's controller scanned it) is scanned now rather than at its interval; one
+	// whose last scan failed keeps the retry rule, and a suspended one is left alone.
+	for _, name := range []string{"migrated", "failing", "paused"} {
+		if _, err := c.Repositories.Create(ctx, newRepo(ns, name)); err != nil {
+			t.Fatal(err)
+		}
+		markScanned(t, c, ns, name, time.Now())
+	}
+	if _, err := c.Repositories.UpdateStatus(ctx, ns, "failing", func(r *v1.ImageRepository) error {
+		r.Status.Conditions[0].Status, r.Status.Conditions[0].Reason = metav1.ConditionFalse, v1.ReadOperationFailedReason
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	paused, err := c.Repositories.Get(ctx, ns, "paused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused.Spec.Suspend = true
+	if _, err := c.Repositories.Update(ctx, paused); err != nil {
+		t.Fatal(err)
+	}
+	markScanned(t, c, ns, "paused", time.Now())
+	if _, err := pass.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The failing one is retried once per retry period, which this pass may or may not cross.
+	got := slices.DeleteFunc(scan.names(ns), func(n string) bool { return n == "failing: "+reconcile.DueRetry })
+	if want := []string{"migrated: " + reconcile.DueNotStored}; !slices.Equal(got, want) {
+		t.Errorf("scan requests %v, want %v", got, want)
 	}
 }

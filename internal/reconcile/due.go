@@ -29,6 +29,7 @@ const (
 	DueDigestRefresh     = "digest refresh"
 	DueTagsChanged       = "tags changed"
 	DueFinalizer         = "deleted, holds Flux's finalizer"
+	DueNotStored         = "scanned, but its tags are not stored"
 )
 
 // Window is the span of time that one cron pass answers for: every pass asks "did anything
@@ -164,4 +165,12 @@ func offset(namespace, name string) time.Duration {
 	h.Write([]byte{'/'})
 	h.Write([]byte(name))
 	return time.Duration(h.Sum64() >> 1)
+}
+
+// unstored tells whether a repository that RepositoryDue finds not due should be scanned because
+// the store holds no tags for it: only one that is live, not suspended, and whose last scan
+// succeeded (a failing one is retried by RepositoryDue's own rule).
+func unstored(repo *v1.ImageRepository) bool {
+	return repo.DeletionTimestamp.IsZero() && !repo.Spec.Suspend && repo.Status.LastScanResult != nil &&
+		!apimeta.IsStatusConditionFalse(repo.Status.Conditions, v1.ReadyCondition)
 }
