@@ -48,7 +48,7 @@ func RepositoryDue(repo *v1.ImageRepository, w Window) string {
 		return finalizerDue(repo)
 	}
 	if repo.Spec.Suspend {
-		return ""
+		return suspendedDue(repo.Annotations, repo.Status.LastHandledReconcileAt)
 	}
 	st := &repo.Status
 	if repo.Generation != st.ObservedGeneration {
@@ -95,7 +95,7 @@ func PolicyDue(pol *v1.ImagePolicy, repoRevision string, w Window) string {
 		return finalizerDue(pol)
 	}
 	if pol.Spec.Suspend {
-		return ""
+		return suspendedDue(pol.Annotations, pol.Status.LastHandledReconcileAt)
 	}
 	st := &pol.Status
 	if pol.Generation != st.ObservedGeneration {
@@ -173,4 +173,13 @@ func offset(namespace, name string) time.Duration {
 func unstored(repo *v1.ImageRepository) bool {
 	return repo.DeletionTimestamp.IsZero() && !repo.Spec.Suspend && repo.Status.LastScanResult != nil &&
 		!apimeta.IsStatusConditionFalse(repo.Status.Conditions, v1.ReadyCondition)
+}
+
+// suspendedDue tells whether a suspended object is due: only to acknowledge a reconcile request
+// it has not acknowledged, as Flux's controllers do, without scanning or evaluating it.
+func suspendedDue(annotations map[string]string, handled string) string {
+	if token, ok := annotations[v1.ReconcileRequestAnnotation]; ok && token != handled {
+		return DueRequested
+	}
+	return ""
 }

@@ -76,6 +76,10 @@ func TestRepositoryDue(t *testing.T) {
 			r.Spec.Suspend = true
 			r.Status = v1.ImageRepositoryStatus{}
 		}), ""},
+		{"suspended, with a request to acknowledge", scanned(now, func(r *v1.ImageRepository) {
+			r.Spec.Suspend = true
+			r.Annotations = map[string]string{v1.ReconcileRequestAnnotation: "new"}
+		}), DueRequested},
 		{"deleted, holding Flux's finalizer", scanned(now, deleting[*v1.ImageRepository](v1.ImageFinalizer, "example.com/other")), DueFinalizer},
 		{"deleted and suspended, holding Flux's finalizer", scanned(now, deleting[*v1.ImageRepository](v1.ImageFinalizer), func(r *v1.ImageRepository) {
 			r.Spec.Suspend = true
@@ -146,6 +150,10 @@ func TestPolicyDue(t *testing.T) {
 			p.Annotations = map[string]string{v1.ReconcileRequestAnnotation: "x"}
 		}), DueRequested},
 		{"suspended", policy(func(p *v1.ImagePolicy) { p.Spec.Suspend = true; p.Generation = 5 }), ""},
+		{"suspended, with a request to acknowledge", policy(func(p *v1.ImagePolicy) {
+			p.Spec.Suspend = true
+			p.Annotations = map[string]string{v1.ReconcileRequestAnnotation: "new"}
+		}), DueRequested},
 		{"deleted, holding Flux's finalizer", policy(deleting[*v1.ImagePolicy](v1.ImageFinalizer)), DueFinalizer},
 		{"deleted and suspended, holding Flux's finalizer", policy(deleting[*v1.ImagePolicy](v1.ImageFinalizer), func(p *v1.ImagePolicy) {
 			p.Spec.Suspend = true

@@ -29,7 +29,7 @@ const (
 	// PolicyUnchanged: nothing the result depends on changed since the last successful
 	// evaluation in this process, so nothing was read or written.
 	PolicyUnchanged = "unchanged"
-	// PolicySuspended: spec.suspend is set; nothing was written.
+	// PolicySuspended: spec.suspend is set; nothing was written but the reconcile request.
 	PolicySuspended = "suspended"
 	// PolicyNotFound: the ImagePolicy does not exist (any more).
 	PolicyNotFound = "not found"
@@ -190,6 +190,15 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	}
 	if pol.Spec.Suspend {
 		out.Result = PolicySuspended
+		// As Flux does, a suspended object acknowledges a reconcile request without acting on it.
+		if token, ok := kube.ReconcileRequest(pol.Annotations); ok && token != pol.Status.LastHandledReconcileAt {
+			if _, err := e.Kube.Policies.UpdateStatus(ctx, pol.Namespace, pol.Name, func(p *v1.ImagePolicy) error {
+				p.Status.LastHandledReconcileAt = token
+				return nil
+			}); err != nil {
+				return out, fmt.Errorf("recording the reconcile request of suspended ImagePolicy %s/%s: %w", pol.Namespace, pol.Name, err)
+			}
+		}
 		return out, nil
 	}
 	// The request acted upon is the one present now; a later one is handled by a later call.

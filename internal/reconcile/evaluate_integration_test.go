@@ -563,6 +563,17 @@ func TestEvaluateIntegrationSuspended(t *testing.T) {
 	if after := f.get(t, f.ns, "app"); after.ResourceVersion != before.ResourceVersion {
 		t.Errorf("suspended policy written: %+v", after.Status)
 	}
+	// A reconcile request is acknowledged, as Flux does, and nothing else is written.
+	if _, err := f.kube.Policies.RequestReconcile(context.Background(), f.ns, "app", "while-paused"); err != nil {
+		t.Fatal(err)
+	}
+	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySuspended {
+		t.Errorf("suspended with a request: %+v", out)
+	}
+	after := f.get(t, f.ns, "app")
+	if after.Status.LastHandledReconcileAt != "while-paused" || after.Status.LatestRef != nil || len(after.Status.Conditions) != 0 {
+		t.Errorf("suspended with a request: status %+v", after.Status)
+	}
 	if out := f.evaluate(t, f.ns, "gone"); out.Result != reconcile.PolicyNotFound {
 		t.Errorf("missing policy: %+v", out)
 	}

@@ -196,6 +196,15 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 		return s.finalize(ctx, repo)
 	}
 	if repo.Spec.Suspend {
+		// As Flux does, a suspended object acknowledges a reconcile request without acting on it.
+		if token, ok := kube.ReconcileRequest(repo.Annotations); ok && token != repo.Status.LastHandledReconcileAt {
+			if _, err := s.Kube.Repositories.UpdateStatus(ctx, namespace, name, func(r *v1.ImageRepository) error {
+				r.Status.LastHandledReconcileAt = token
+				return nil
+			}); err != nil {
+				return ScanOutcome{Skipped: SkippedSuspended}, fmt.Errorf("recording the reconcile request of suspended ImageRepository %s: %w", key, err)
+			}
+		}
 		return ScanOutcome{Skipped: SkippedSuspended}, nil
 	}
 	token := repo.Annotations[v1.ReconcileRequestAnnotation]

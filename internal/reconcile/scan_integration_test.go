@@ -239,6 +239,17 @@ func TestScanIntegrationSpecProblems(t *testing.T) {
 	if f.get(t, "paused").Status.LastScanResult != nil || f.tagListings() != 0 {
 		t.Error("a suspended repository was scanned")
 	}
+	// A reconcile request on a suspended repository is acknowledged, as Flux does, and nothing
+	// else happens.
+	if _, err := f.kube.Repositories.RequestReconcile(ctx, f.ns, "paused", "while-paused"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := f.scanner.Scan(ctx, f.ns, "paused", nil); err != nil || out.Skipped != reconcile.SkippedSuspended {
+		t.Errorf("suspended with a request: %+v, %v", out, err)
+	}
+	if st := f.get(t, "paused").Status; st.LastHandledReconcileAt != "while-paused" || st.LastScanResult != nil || len(st.Conditions) != 0 || f.tagListings() != 0 {
+		t.Errorf("suspended with a request: status %+v, %d listings", st, f.tagListings())
+	}
 }
 
 func TestScanIntegrationDeletedRepositoryLosesItsEntry(t *testing.T) {
