@@ -9,7 +9,7 @@ BENCH ?= .
 BENCHOUT ?= bench.out
 TESTFLAGS ?=
 
-.PHONY: all generate check-generated build test unit fuzz bench lint deps testenv run clean
+.PHONY: all generate check-generated build test unit images-test fuzz bench lint deps testenv run clean
 
 all: build
 
@@ -42,14 +42,21 @@ deps:
 testenv:
 	./hack/testenv.sh
 
-## test: everything CI checks: generated files, lint, unit and integration tests, short fuzzing.
+## test: everything CI checks: generated files, lint, unit and integration tests, the image
+## build, short fuzzing.
 test: check-generated lint deps testenv
 	$(GO) test -count=1 -timeout 30m $(TESTFLAGS) ./...
+	$(MAKE) images-test
 	$(MAKE) fuzz
 
-## unit: the tests without the integration tests that start an apiserver.
+## unit: the tests that start no apiserver, no process and no image build (-short skips the
+## integration tests, each saying so).
 unit:
 	$(GO) test -count=1 -short ./...
+
+## images-test: build the three images with ko and check each (installs ko on first use).
+images-test:
+	REFLECTOR_IMAGES_TEST=1 $(GO) test -count=1 -timeout 40m -run '^TestImagesIntegration$$' ./internal/deploy/
 
 ## fuzz: run every fuzz target for FUZZTIME each. Go keeps the corpus it finds in its cache
 ## ($(go env GOCACHE)/fuzz); testdata/fuzz holds only seeds and inputs that once failed, which

@@ -114,9 +114,12 @@ func extract(t *testing.T, img v1.Image, file, dir string) string {
 // images and pushes them, and writes the mapping that points knative/ at them. Each image is
 // pulled back, its entry point extracted and run with -h, which must print the command's usage
 // and exit cleanly (no container runtime is available to start the image itself).
+//
+// It builds for minutes and installs ko, so go test ./... leaves it out: `make images-test` runs
+// it (REFLECTOR_IMAGES_TEST=1), and `make test` does so as a step of its own.
 func TestImagesIntegration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds three images with ko (and installs ko on first use)")
+	if os.Getenv("REFLECTOR_IMAGES_TEST") != "1" {
+		t.Skip("builds three images with ko: run it with make images-test (REFLECTOR_IMAGES_TEST=1)")
 	}
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make is not installed")

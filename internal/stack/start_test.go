@@ -12,6 +12,9 @@ import (
 // it when tb ends. It skips tb where Debian's docker-registry is not installed.
 func start(tb testing.TB, opts stack.Options) *stack.Stack {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("integration test: starts the whole system as processes; run it without -short")
+	}
 	if _, err := exec.LookPath("docker-registry"); err != nil {
 		tb.Skip("docker-registry is not installed: run `make deps`")
 	}

@@ -33,9 +33,13 @@ func Main(m *testing.M) {
 
 // Kube returns the kube-apiserver shared by every test of the binary, starting it on first use.
 // The binary's TestMain must be Main, which stops it. A missing binary fails the test with the
-// command that builds it.
+// command that builds it. Under -short (make unit) the test is skipped: it is an integration
+// test.
 func Kube(t testing.TB) *Env {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: starts etcd and kube-apiserver; run it without -short")
+	}
 	sharedOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
