@@ -13,12 +13,6 @@ import (
 	"github.com/imagereflector/reflector/internal/redact"
 )
 
-// Event types of Knative's ApiServerSource in Resource mode, whose data is the object.
-const (
-	apiServerAdd    = "dev.knative.apiserver.resource.add"
-	apiServerUpdate = "dev.knative.apiserver.resource.update"
-)
-
 // handleEvent evaluates what one CloudEvent is about. An error makes the sender deliver the
 // event again, so only the evaluator's own failures are errors; an unknown type is ignored.
 func (h *Handler) handleEvent(ctx context.Context, e cloudevents.Event) error {
@@ -40,7 +34,7 @@ func (h *Handler) handleEvent(ctx context.Context, e cloudevents.Event) error {
 		var out reconcile.PolicyOutcome
 		out, err = h.ev.Evaluate(ctx, d.Namespace, d.Name)
 		outs = []reconcile.PolicyOutcome{out}
-	case apiServerAdd, apiServerUpdate:
+	case events.TypeAPIServerAdd, events.TypeAPIServerUpdate:
 		var pol v1.ImagePolicy
 		if err := decodeObject(e, &pol, &pol.Namespace, &pol.Name); err != nil {
 			return err
@@ -78,16 +72,12 @@ func decodeObject(e cloudevents.Event, v any, namespace, name *string) error {
 }
 
 // notDue tells why an ApiServerSource event about pol needs no evaluation ("" when it does).
-// Events about other kinds are not for this function. A full object (Resource mode) is due when
-// its generation or reconcile request is new, or when it is being deleted and holds Flux's
-// finalizer; a bare reference (Reference mode) always is, and the evaluator skips it when nothing
-// changed. The status writes of evaluations come back as update events and are not due.
+// Events about other kinds are not for this function. The object is due when its generation or
+// reconcile request is new, or when it is being deleted and holds Flux's finalizer. The status
+// writes of evaluations come back as update events and are not due.
 func notDue(pol *v1.ImagePolicy) string {
 	if pol.Kind != "" && pol.Kind != v1.ImagePolicyKind {
 		return "not an ImagePolicy: " + pol.Kind
-	}
-	if pol.UID == "" {
-		return ""
 	}
 	if reconcile.PolicyDue(pol, "", reconcile.Window{Now: time.Now()}) == "" {
 		return "not due: generation and reconcile request already handled, suspended, or being deleted"

@@ -38,6 +38,14 @@ const (
 	TypeLatestChanged = "io.imagereflector.latest.changed.v1"
 )
 
+// Knative ApiServerSource event types in Resource mode, the mode knative/ configures: the data is
+// the whole object.
+const (
+	TypeAPIServerAdd    = "dev.knative.apiserver.resource.add"
+	TypeAPIServerUpdate = "dev.knative.apiserver.resource.update"
+	TypeAPIServerDelete = "dev.knative.apiserver.resource.delete"
+)
+
 // Sources of the events, one per process kind.
 const (
 	SourceScan   = "/reflector/scan"

@@ -21,13 +21,6 @@ import (
 	"github.com/imagereflector/reflector/internal/webhook"
 )
 
-// Knative ApiServerSource event types in Resource mode, whose data is the whole object.
-const (
-	APIServerResourceAdd    = "dev.knative.apiserver.resource.add"
-	APIServerResourceUpdate = "dev.knative.apiserver.resource.update"
-	APIServerResourceDelete = "dev.knative.apiserver.resource.delete"
-)
-
 // cloudEventProvider is the provider label of registry pushes that arrive as CloudEvents.
 const cloudEventProvider = "cloudevent"
 
@@ -84,9 +77,9 @@ func (r *Receiver) handleCloudEvent(ctx context.Context, e cloudevents.Event) (r
 	switch t := e.Type(); {
 	case t == events.TypeScanRequested:
 		return r.scanRequested(ctx, e)
-	case t == APIServerResourceAdd || t == APIServerResourceUpdate:
+	case t == events.TypeAPIServerAdd || t == events.TypeAPIServerUpdate:
 		return r.apiServerEvent(ctx, e)
-	case t == APIServerResourceDelete:
+	case t == events.TypeAPIServerDelete:
 		return r.apiServerDelete(ctx, e)
 	}
 	evs, err := webhook.ParseCloudEvent(e.Type(), e.Source(), e.ID(), e.Data())

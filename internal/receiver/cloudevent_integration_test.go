@@ -14,7 +14,6 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
-	"github.com/imagereflector/reflector/internal/receiver"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/store"
 )
@@ -92,7 +91,7 @@ func TestCloudEventIntegration(t *testing.T) {
 	// ApiServerSource, resource mode: the object as it was added.
 	obj, _ := json.Marshal(f.get(t, ns, "source"))
 	obj = withTypeMeta(obj)
-	if code, body := f.postEvent(t, true, receiver.APIServerResourceAdd, "add-1", obj); code != http.StatusAccepted {
+	if code, body := f.postEvent(t, true, events.TypeAPIServerAdd, "add-1", obj); code != http.StatusAccepted {
 		t.Fatalf("add event: %d %s", code, body)
 	}
 	if r := f.get(t, ns, "source"); r.Status.LastScanResult == nil || r.Status.LastScanResult.LatestTags[0] != "2.0.0" {
@@ -100,7 +99,7 @@ func TestCloudEventIntegration(t *testing.T) {
 	}
 	listings := f.tagListings("")
 	obj = withTypeMeta(mustJSON(t, f.get(t, ns, "source")))
-	if code, body := f.postEvent(t, false, receiver.APIServerResourceUpdate, "update-1", obj); code != http.StatusAccepted {
+	if code, body := f.postEvent(t, false, events.TypeAPIServerUpdate, "update-1", obj); code != http.StatusAccepted {
 		t.Fatalf("update event: %d %s", code, body)
 	}
 	if f.tagListings("") != listings {
@@ -111,7 +110,7 @@ func TestCloudEventIntegration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, body := f.postEvent(t, false, receiver.APIServerResourceUpdate, "update-2", withTypeMeta(mustJSON(t, annotated))); code != http.StatusAccepted {
+	if code, body := f.postEvent(t, false, events.TypeAPIServerUpdate, "update-2", withTypeMeta(mustJSON(t, annotated))); code != http.StatusAccepted {
 		t.Fatalf("annotated update: %d %s", code, body)
 	}
 	if f.tagListings("") != listings+1 || f.get(t, ns, "source").Status.LastHandledReconcileAt != "2030-01-01T00:00:00Z" {
@@ -127,7 +126,7 @@ func TestCloudEventIntegration(t *testing.T) {
 	if err := f.kube.Repositories.Delete(t.Context(), ns, "source"); err != nil {
 		t.Fatal(err)
 	}
-	if code, body := f.postEvent(t, false, receiver.APIServerResourceDelete, "delete-1", gone); code != http.StatusAccepted {
+	if code, body := f.postEvent(t, false, events.TypeAPIServerDelete, "delete-1", gone); code != http.StatusAccepted {
 		t.Fatalf("delete event: %d %s", code, body)
 	}
 	if keys, err := f.store.Keys(t.Context()); err != nil || slices.Contains(keys, storeKey) {
@@ -211,7 +210,7 @@ func TestCloudEventIntegrationDeletionReleasesFluxFinalizer(t *testing.T) {
 			t.Fatal(err)
 		}
 		obj := withTypeMeta(mustJSON(t, f.get(t, ns, name)))
-		if code, body := f.postEvent(t, true, receiver.APIServerResourceUpdate, "delete-"+name, obj); code != http.StatusAccepted {
+		if code, body := f.postEvent(t, true, events.TypeAPIServerUpdate, "delete-"+name, obj); code != http.StatusAccepted {
 			t.Fatalf("update event of %s: %d %s", name, code, body)
 		}
 	}
