@@ -39,7 +39,7 @@ func (h *Handler) handleEvent(ctx context.Context, e cloudevents.Event) error {
 		if err := decodeObject(e, &pol, &pol.Namespace, &pol.Name); err != nil {
 			return err
 		}
-		if why := notDue(&pol); why != "" {
+		if why := reconcile.PolicyEventNotDue(&pol, time.Now()); why != "" {
 			h.log.InfoContext(ctx, "event ignored", "type", e.Type(), "id", e.ID(), "subject", e.Subject(), "why", why)
 			return nil
 		}
@@ -71,16 +71,3 @@ func decodeObject(e cloudevents.Event, v any, namespace, name *string) error {
 	return nil
 }
 
-// notDue tells why an ApiServerSource event about pol needs no evaluation ("" when it does).
-// Events about other kinds are not for this function. The object is due when its generation or
-// reconcile request is new, or when it is being deleted and holds Flux's finalizer. The status
-// writes of evaluations come back as update events and are not due.
-func notDue(pol *v1.ImagePolicy) string {
-	if pol.Kind != "" && pol.Kind != v1.ImagePolicyKind {
-		return "not an ImagePolicy: " + pol.Kind
-	}
-	if reconcile.PolicyDue(pol, "", reconcile.Window{Now: time.Now()}) == "" {
-		return "not due: generation and reconcile request already handled, suspended, or being deleted"
-	}
-	return ""
-}

@@ -183,3 +183,17 @@ func suspendedDue(annotations map[string]string, handled string) string {
 	}
 	return ""
 }
+
+// PolicyEventNotDue tells why an ApiServerSource event about pol needs no evaluation, or ""
+// when it does. Events about other kinds are not for the policy function. The object is due
+// when its generation or reconcile request is new, or when it is being deleted and holds Flux's
+// finalizer. The status writes of evaluations come back as update events and are not due.
+func PolicyEventNotDue(pol *v1.ImagePolicy, now time.Time) string {
+	if pol.Kind != "" && pol.Kind != v1.ImagePolicyKind {
+		return "not an ImagePolicy: " + pol.Kind
+	}
+	if PolicyDue(pol, "", Window{Now: now}) == "" {
+		return "not due: generation and reconcile request already handled, suspended, or being deleted"
+	}
+	return ""
+}
