@@ -85,11 +85,6 @@ type Poster struct {
 // Option configures a Poster.
 type Option func(*Poster)
 
-// WithClient sets the HTTP client; its Timeout, when zero, becomes DefaultTimeout.
-func WithClient(c *http.Client) Option {
-	return func(p *Poster) { p.client = c }
-}
-
 // WithQueue sets how many events may wait for delivery.
 func WithQueue(n int) Option {
 	return func(p *Poster) { p.queue = make(chan eventv1.Event, max(n, 1)) }
@@ -120,17 +115,12 @@ func New(addr string, opts ...Option) (*Poster, error) {
 	if u, err := url.Parse(addr); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("events address %q is not an http:// or https:// URL", redact.Address(addr))
 	}
-	p := &Poster{url: addr, retries: DefaultRetries, drain: DefaultDrain, done: make(chan struct{})}
+	p := &Poster{
+		url: addr, client: &http.Client{Timeout: DefaultTimeout},
+		retries: DefaultRetries, drain: DefaultDrain, done: make(chan struct{}),
+	}
 	for _, o := range opts {
 		o(p)
-	}
-	if p.client == nil {
-		p.client = &http.Client{}
-	}
-	if p.client.Timeout == 0 {
-		c := *p.client
-		c.Timeout = DefaultTimeout
-		p.client = &c
 	}
 	if p.queue == nil {
 		p.queue = make(chan eventv1.Event, DefaultQueue)
