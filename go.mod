@@ -7,6 +7,7 @@ require (
 	github.com/Masterminds/semver/v3 v3.5.0
 	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/dgraph-io/badger/v4 v4.9.6
+	github.com/fluxcd/pkg/apis/event v0.30.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3

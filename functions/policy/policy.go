@@ -21,6 +21,10 @@
 //	KUBECONFIG            kubeconfig file; in-cluster configuration without it
 //	REFLECTOR_STORE_DIR   the Badger tag store directory, opened read-only (required)
 //	K_SINK                where LatestChanged events go (Knative SinkBinding); none without it
+//	REFLECTOR_EVENTS_ADDR notification-controller's event receiver (Flux's --events-addr, e.g.
+//	                      http://notification-controller.flux-system.svc.cluster.local./): each
+//	                      evaluation's Event is also posted there as a Flux event, so Flux Alerts
+//	                      on ImagePolicies fire; none without it
 //	REFLECTOR_METRICS_ADDR  where cmd/policy serves /metrics (default :9095; "off": none)
 //	REFLECTOR_LISTEN_HOST   the address cmd/policy serves $PORT on (default: every interface)
 //	REFLECTOR_OIDC_AUDIENCE   require senders to present a ServiceAccount token for this audience
@@ -76,7 +80,7 @@ func FromEnv() (*Deps, error) {
 		Registry: registry.New(),
 		Store:    store.New(env.StoreDir, store.ReadOnly()),
 		Sink:     env.Sink,
-		Recorder: kube.NewRecorder(env.Kube.Core, "reflector-policy"),
+		Recorder: kube.NewRecorder(env.Kube.Core, "reflector-policy", kube.PostingTo(env.FluxEvents)),
 		Senders:  env.Senders,
 	}, nil
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	eventv1 "github.com/fluxcd/pkg/apis/event/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -350,5 +351,64 @@ func TestPolicyFunctionIntegrationFromEnv(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), reconcile.PolicyNotFound) {
 		t.Errorf("POST /evaluate through the environment's apiserver: %s %s", resp.Status, b)
+	}
+}
+
+// TestPolicyFunctionIntegrationFluxEventsFromEnv: with REFLECTOR_EVENTS_ADDR, the function posts
+// its Events to that address as Flux's events; an address that is no http(s) URL is refused.
+func TestPolicyFunctionIntegrationFluxEventsFromEnv(t *testing.T) {
+	env := testenv.Kube(t)
+	got := make(chan eventv1.Event, 10)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var e eventv1.Event
+		if err := json.NewDecoder(r.Body).Decode(&e); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		got <- e
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer receiver.Close()
+	t.Setenv("REFLECTOR_STORE_DIR", t.TempDir())
+	t.Setenv("KUBECONFIG", env.Kubeconfig)
+	t.Setenv("K_SINK", "")
+	t.Setenv("REFLECTOR_EVENTS_ADDR", "notification-controller.flux-system")
+	if _, err := policy.FromEnv(); err == nil || !strings.Contains(err.Error(), "REFLECTOR_EVENTS_ADDR") {
+		t.Errorf("with an events address that is no URL: %v", err)
+	}
+	t.Setenv("REFLECTOR_EVENTS_ADDR", receiver.URL+"/")
+	d, err := policy.FromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Log = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	h := policy.NewHandler(d)
+	defer h.Close()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	ns := env.Namespace(t)
+	c := env.Client(t)
+	if _, err := c.Policies.Create(context.Background(), &v1.ImagePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orphan"},
+		Spec: v1.ImagePolicySpec{ImageRepositoryRef: v1.NamespacedObjectReference{Name: "missing"},
+			Policy: v1.ImagePolicyChoice{SemVer: &v1.SemVerPolicy{Range: "^1"}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(srv.URL+"/evaluate?namespace="+ns+"&name=orphan", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case e := <-got:
+		o := e.InvolvedObject
+		if o.Kind != v1.ImagePolicyKind || o.Namespace != ns || o.Name != "orphan" || o.APIVersion != v1.GroupVersion.String() ||
+			e.Severity != eventv1.EventSeverityError || e.Reason != v1.DependencyNotReadyReason {
+			t.Errorf("Flux event %+v", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Flux event reached REFLECTOR_EVENTS_ADDR")
 	}
 }

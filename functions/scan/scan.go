@@ -16,6 +16,10 @@
 //	REFLECTOR_WEBHOOK_RATE          deliveries per second each receiver accepts (default 10)
 //	REFLECTOR_WEBHOOK_BURST         and in a burst (default 50)
 //	K_SINK                          where TagsChanged events go (Knative SinkBinding)
+//	REFLECTOR_EVENTS_ADDR           notification-controller's event receiver (Flux's --events-addr,
+//	                                e.g. http://notification-controller.flux-system.svc.cluster.local./):
+//	                                each scan's Event is also posted there as a Flux event, so Flux
+//	                                Alerts on ImageRepositories fire; none without it
 //	REFLECTOR_METRICS_ADDR          where cmd/scan serves /metrics (default :9095; "off": none)
 //	REFLECTOR_LISTEN_HOST           the address cmd/scan serves $PORT on (default: every interface)
 //	REFLECTOR_SURFACE               what cmd/scan serves on $PORT: webhooks (default) or cloudevents
@@ -116,7 +120,7 @@ func FromEnv() (*Deps, error) {
 		Registry: registry.New(),
 		Store:    store.New(env.StoreDir),
 		Sink:     env.Sink,
-		Recorder: kube.NewRecorder(env.Kube.Core, "reflector-scan"),
+		Recorder: kube.NewRecorder(env.Kube.Core, "reflector-scan", kube.PostingTo(env.FluxEvents)),
 		Receiver: opts,
 		Senders:  env.Senders,
 	}, nil

@@ -532,6 +532,40 @@ func TestOIDCComponentIntegration(t *testing.T) {
 	}
 }
 
+// TestFluxNotificationsComponentIntegration applies knative/ with the flux-notifications
+// component: every function that records Events posts them to notification-controller's
+// in-cluster address; without the component none does.
+func TestFluxNotificationsComponentIntegration(t *testing.T) {
+	env := testenv.Kube(t)
+	installKnativeCRDs(t, env)
+	ensureNamespace(t, env)
+	a := newApplier(env)
+	const want = "http://notification-controller.flux-system.svc.cluster.local./"
+	addrs := func(overlay string) map[string]string {
+		got := map[string]string{}
+		for _, obj := range build(t, overlay) {
+			applied, err := a.apply(context.Background(), obj, true)
+			if err != nil {
+				t.Fatalf("%s rejected: %v", key(obj), err)
+			}
+			if obj.GetKind() == "Service" && obj.GetAPIVersion() == "serving.knative.dev/v1" {
+				got[obj.GetName()] = containerEnv(applied)["REFLECTOR_EVENTS_ADDR"]
+			}
+		}
+		return got
+	}
+	with := addrs(placeholderImages() + "components:\n  - {{knative}}/flux-notifications\n")
+	without := addrs(placeholderImages())
+	for _, svc := range []string{"reflector-webhook", "reflector-scan", "reflector-policy"} {
+		if with[svc] != want {
+			t.Errorf("%s with the component: REFLECTOR_EVENTS_ADDR %q, want %q", svc, with[svc], want)
+		}
+		if without[svc] != "" {
+			t.Errorf("%s without the component: REFLECTOR_EVENTS_ADDR %q", svc, without[svc])
+		}
+	}
+}
+
 // TestStoreIsSharedIntegration: every workload that touches the tag store (both functions'
 // Services and the cron reconciler's Jobs) mounts the one ReadWriteOnce claim where its
 // REFLECTOR_STORE_DIR points, and keeps to the node of the others.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/fluxevent"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/tokenreview"
 )
@@ -24,10 +25,13 @@ type Env struct {
 	// $REFLECTOR_OIDC_NAMESPACES, comma-separated, when set) reach the function's cluster-local
 	// surface. nil accepts every request.
 	Senders *tokenreview.Verifier
+	// FluxEvents posts Flux's events to $REFLECTOR_EVENTS_ADDR, notification-controller's event
+	// receiver (what Flux's controllers take as --events-addr); nil when it is unset.
+	FluxEvents *fluxevent.Poster
 }
 
 // FromEnv reads the environment that every function needs: the store directory (required), the
-// Kubernetes client, and the sink of the events it sends as source.
+// Kubernetes client, the sink of the events it sends as source, and where Flux's events go.
 func FromEnv(source string) (*Env, error) {
 	dir := os.Getenv("REFLECTOR_STORE_DIR")
 	if dir == "" {
@@ -51,6 +55,10 @@ func FromEnv(source string) (*Env, error) {
 			tokenreview.WithNamespaces(strings.Split(os.Getenv("REFLECTOR_OIDC_NAMESPACES"), ",")...))
 	} else if os.Getenv("REFLECTOR_OIDC_NAMESPACES") != "" {
 		return nil, errors.New("REFLECTOR_OIDC_NAMESPACES needs REFLECTOR_OIDC_AUDIENCE")
+	}
+	// Last, as it starts the Poster's sender.
+	if env.FluxEvents, err = fluxevent.New(strings.TrimSpace(os.Getenv("REFLECTOR_EVENTS_ADDR"))); err != nil {
+		return nil, fmt.Errorf("REFLECTOR_EVENTS_ADDR: %w", err)
 	}
 	return env, nil
 }

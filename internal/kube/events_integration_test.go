@@ -117,3 +117,31 @@ func TestRecorderIntegrationHidesURLUserinfo(t *testing.T) {
 		t.Errorf("Events: %q", messages)
 	}
 }
+
+// As Flux's recorder does, an Event carries the object's event.toolkit.fluxcd.io/ annotations,
+// and no others.
+func TestRecorderIntegrationCarriesEventAnnotations(t *testing.T) {
+	c, ns := newRepo(t)
+	repo, err := c.Repositories.Get(context.Background(), ns, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo.Annotations = map[string]string{"event.toolkit.fluxcd.io/team": "platform", "example.com/other": "x"}
+	rec := kube.NewRecorder(c.Core, "reflector-test")
+	defer rec.Shutdown()
+	rec.Normal(repo, "Succeeded", "successful scan: found 1 tags")
+	for range 100 {
+		list, err := c.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) == 1 {
+			if a := list.Items[0].Annotations; len(a) != 1 || a["event.toolkit.fluxcd.io/team"] != "platform" {
+				t.Errorf("Event annotations %v", a)
+			}
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("no Event was written")
+}

@@ -65,6 +65,11 @@ var (
 		Help: "CloudEvents sent, by type and result (acknowledged or not_acknowledged).",
 	}, []string{"type", "result"})
 
+	fluxEvents = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "reflector_flux_events_total",
+		Help: "Flux events for notification-controller, by result (posted, duplicate, failed or dropped).",
+	}, []string{"result"})
+
 	cronPasses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "reflector_cron_passes_total",
 		Help: "Cron reconciler passes, by result (succeeded or failed).",
@@ -87,7 +92,7 @@ func init() {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		reconcileDuration, webhookRequests, registryRequests, retryAfterWaits, retryAfterSeconds,
-		storeLockWait, repositoryTags, eventsSent, cronPasses, cronObjects, cronDuration,
+		storeLockWait, repositoryTags, eventsSent, fluxEvents, cronPasses, cronObjects, cronDuration,
 	)
 }
 
@@ -175,6 +180,23 @@ func RecordEventSent(ceType string, acknowledged bool) {
 		result = "not_acknowledged"
 	}
 	eventsSent.WithLabelValues(ceType, result).Inc()
+}
+
+// Results of a Flux event posted to notification-controller.
+const (
+	// FluxEventPosted: the receiver accepted it.
+	FluxEventPosted = "posted"
+	// FluxEventDuplicate: the receiver answered 429, its answer to a recent duplicate.
+	FluxEventDuplicate = "duplicate"
+	// FluxEventFailed: no attempt was accepted.
+	FluxEventFailed = "failed"
+	// FluxEventDropped: the delivery queue was full, or the process stopped before it was sent.
+	FluxEventDropped = "dropped"
+)
+
+// RecordFluxEvent counts one Flux event by its result.
+func RecordFluxEvent(result string) {
+	fluxEvents.WithLabelValues(result).Inc()
 }
 
 // RecordCronPass records a pass by its counts (repositories, policies, due, dispatched, ...);

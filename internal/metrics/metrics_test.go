@@ -40,6 +40,7 @@ func TestHandlerServesEveryFamily(t *testing.T) {
 	RecordStoreWait(true, time.Millisecond)
 	SetRepositoryTags("ns", "app", 3)
 	RecordEventSent("t", false)
+	RecordFluxEvent(FluxEventDropped)
 	RecordCronPass(map[string]int{"repositories": 2}, time.Second, nil)
 	RecordCronPass(nil, 0, errors.New("apiserver down"))
 	rec := httptest.NewRecorder()
@@ -53,6 +54,7 @@ func TestHandlerServesEveryFamily(t *testing.T) {
 		`reflector_store_lock_wait_seconds_count{mode="write"} 1`,
 		`reflector_repository_tags{name="app",namespace="ns"} 3`,
 		`reflector_events_sent_total{result="not_acknowledged",type="t"} 1`,
+		`reflector_flux_events_total{result="dropped"} 1`,
 		`reflector_cron_passes_total{result="failed"} 1`,
 		`reflector_cron_last_pass_objects{count="repositories"} 2`,
 		"go_goroutines", "process_resident_memory_bytes",

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
@@ -272,8 +273,11 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 		return out, fmt.Errorf("writing the status of ImageRepository %s: %w", key, err)
 	}
 	metrics.SetRepositoryTags(namespace, name, len(entry.Tags))
-	if out.Changed {
+	// As Flux does, a scan is news when it found other tags or ended a failure.
+	if out.Changed || !apimeta.IsStatusConditionTrue(repo.Status.Conditions, v1.ReadyCondition) {
 		s.Recorder.Normal(updated, v1.SucceededReason, message)
+	}
+	if out.Changed {
 		if s.Sink != nil {
 			data := events.TagsChanged{Namespace: namespace, Name: name, Revision: entry.Revision}
 			if err := s.Sink.Send(ctx, events.TypeTagsChanged, key, data); err != nil {
