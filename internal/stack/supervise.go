@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -108,7 +109,9 @@ func (s *Stack) spawn(c string) (*proc, string, error) {
 	}
 	defer logFile.Close()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A group of its own: the terminal's Ctrl-C reaches only `make run`, which stops the
+	// processes in order, rather than every process at once, each exit seen as a crash.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, "", err
 	}
@@ -123,8 +126,8 @@ func (s *Stack) spawn(c string) (*proc, string, error) {
 	return p, ready, nil
 }
 
-// supervise waits for process p of component c and, unless Kill or Stop ended it, has a new
-// one started after the backoff.
+// supervise waits for process p of component c and, unless Kill or Stop ended it (a crash, an
+// exit, a signal from outside), has a new one started after the backoff.
 func (s *Stack) supervise(c string, p *proc) {
 	err := p.cmd.Wait()
 	close(p.exited)
@@ -141,7 +144,7 @@ func (s *Stack) supervise(c string, p *proc) {
 	comp.restartAt = time.Now().Add(comp.delay)
 	gen, delay := comp.gen, comp.delay
 	s.mu.Unlock()
-	s.logf(c, "process exited on its own; the stack starts a new one", "pid", p.cmd.Process.Pid,
+	s.log(c, slog.LevelWarn, "process exited; the stack starts a new one", "pid", p.cmd.Process.Pid,
 		"exit", exitString(err), "uptime", up.Round(time.Millisecond).String(), "restart_in", delay.String())
 	s.restart(c, gen, delay)
 }
@@ -166,7 +169,7 @@ func (s *Stack) restart(c string, gen int, delay time.Duration) {
 			comp.restarts++
 			n := comp.restarts
 			s.mu.Unlock()
-			s.logf(c, "the stack started a new process", "pid", next.cmd.Process.Pid, "restarts", n)
+			s.log(c, slog.LevelInfo, "the stack started a new process", "pid", next.cmd.Process.Pid, "restarts", n)
 			return
 		}
 		comp.lastExit = "start: " + err.Error()
@@ -174,7 +177,7 @@ func (s *Stack) restart(c string, gen int, delay time.Duration) {
 		comp.restartAt = time.Now().Add(comp.delay)
 		delay = comp.delay
 		s.mu.Unlock()
-		s.logf(c, "the stack could not start a new process", "error", err.Error(), "restart_in", delay.String())
+		s.log(c, slog.LevelWarn, "the stack could not start a new process", "error", err.Error(), "restart_in", delay.String())
 	}
 }
 
@@ -186,13 +189,14 @@ func exitString(err error) string {
 	return err.Error()
 }
 
-// logf appends a line to component c's log in the functions' JSON format, so that a person who
+// log appends a line to component c's log in the functions' JSON format, so that a person who
 // reads the log sees the restarts among the process's own lines.
-func (s *Stack) logf(c, msg string, args ...any) {
+func (s *Stack) log(c string, level slog.Level, msg string, args ...any) {
 	f, err := os.OpenFile(s.Log(c), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return
 	}
 	defer f.Close()
-	slog.New(slog.NewJSONHandler(f, nil)).Warn(msg, append([]any{"component", c, "source", "stack"}, args...)...)
+	slog.New(slog.NewJSONHandler(f, nil)).Log(context.Background(), level, msg,
+		append([]any{"component", c, "source", "stack"}, args...)...)
 }
