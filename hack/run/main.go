@@ -1,8 +1,9 @@
 // Command run starts reflector on this machine, on 127.0.0.1 (see internal/stack): etcd,
 // kube-apiserver, Debian's docker-registry, the scan and policy functions and the cron
 // reconciler. It applies a demo ImageRepository with ImagePolicies that watch the local
-// registry, pushes a few tags, and shows a live table that changes as you push more. State stays
-// in .reflector/, so a second run resumes; Ctrl-C stops everything.
+// registry, pushes a few tags, and shows a live table that changes as you push more, with the
+// state of each process the stack restarts. State stays in .reflector/, so a second run resumes;
+// Ctrl-C stops everything.
 package main
 
 import (

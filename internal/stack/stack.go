@@ -1,8 +1,9 @@
 // Package stack runs the whole of reflector on one machine, on 127.0.0.1: etcd and
 // kube-apiserver with the CRDs, Debian's docker-registry sending push notifications to the scan
 // function, the scan and policy functions as separate processes sharing one Badger directory, and
-// the cron reconciler in loop mode. `make run` shows it to a person; the end-to-end test drives
-// it.
+// the cron reconciler in loop mode. As Knative would, it starts a new process of a component whose
+// process exits or is killed, with a backoff, unless Kill or Stop stopped it. `make run` shows it
+// to a person; the end-to-end test drives it.
 package stack
 
 import (
