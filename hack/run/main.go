@@ -1,14 +1,16 @@
 // Command run starts reflector on this machine, on 127.0.0.1 (see internal/stack): etcd,
 // kube-apiserver, Debian's docker-registry, the scan and policy functions and the cron
 // reconciler. It applies a demo ImageRepository with ImagePolicies that watch the local
-// registry, pushes a few tags, and shows a live table that changes as you push more. State stays
-// in .reflector/, so a second run resumes; Ctrl-C stops everything.
+// registry, pushes a few tags, and shows a live table that changes as you push more, with the
+// state of each process the stack restarts. State stays in .reflector/, so a second run resumes;
+// Ctrl-C stops everything.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -86,14 +88,14 @@ func run(dir string, once bool) error {
 		}
 		if once {
 			if resolved || time.Now().After(deadline) {
-				fmt.Print(table, "\n", footer)
+				fmt.Print(table, "\n", processes(s), "\n", footer)
 				if !resolved {
 					return fmt.Errorf("the demo policies did not resolve within two minutes; see the logs")
 				}
 				return nil
 			}
 		} else {
-			fmt.Print("\033[H\033[2J", table, "\n", footer)
+			fmt.Print("\033[H\033[2J", table, "\n", processes(s), "\n", footer)
 		}
 		select {
 		case <-ctx.Done():
@@ -185,6 +187,44 @@ func render(ctx context.Context, c *kube.Client, changed map[string]time.Time, l
 	}
 	w.Flush()
 	return b.String(), resolved, nil
+}
+
+// processes draws the table of the stack's processes: a policy's latest image goes stale while
+// the functions are down, and this is where a person sees it.
+func processes(s *stack.Stack) string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "PROCESS\tPID\tSTATE")
+	for _, c := range stack.Components() {
+		st := s.Status(c)
+		pid := "-"
+		if st.PID != 0 {
+			pid = fmt.Sprint(st.PID)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\n", c, pid, state(st))
+	}
+	w.Flush()
+	return b.String()
+}
+
+// state says in a few words how a process is: "up", "up (2 restarts)", "down",
+// "restarting in 4s (signal: killed)".
+func state(st stack.Status) string {
+	switch st.State {
+	case stack.Up:
+		switch st.Restarts {
+		case 0:
+			return "up"
+		case 1:
+			return "up (1 restart)"
+		}
+		return fmt.Sprintf("up (%d restarts)", st.Restarts)
+	case stack.Restarting:
+		// Whole seconds, rounded up: the table is redrawn every second.
+		in := time.Duration(math.Ceil(st.RestartIn.Seconds())) * time.Second
+		return fmt.Sprintf("restarting in %s (%s)", in, st.LastExit)
+	}
+	return string(st.State)
 }
 
 func rule(p *v1.ImagePolicy) string {

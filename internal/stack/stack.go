@@ -1,8 +1,9 @@
 // Package stack runs the whole of reflector on one machine, on 127.0.0.1: etcd and
 // kube-apiserver with the CRDs, Debian's docker-registry sending push notifications to the scan
 // function, the scan and policy functions as separate processes sharing one Badger directory, and
-// the cron reconciler in loop mode. `make run` shows it to a person; the end-to-end test drives
-// it.
+// the cron reconciler in loop mode. As Knative would, it starts a new process of a component whose
+// process exits or is killed, with a backoff, unless Kill or Stop stopped it. `make run` shows it
+// to a person; the end-to-end test drives it.
 package stack
 
 import (
@@ -74,10 +75,12 @@ type Stack struct {
 	// Token is the webhook token of Options.Namespace.
 	Token string
 
-	opts  Options
-	bins  string
-	mu    sync.Mutex
-	procs map[string]*exec.Cmd
+	opts     Options
+	bins     string
+	mu       sync.Mutex
+	comps    map[string]*component
+	stopping bool
+	done     chan struct{} // closed by Stop: pending restarts give up
 }
 
 // Components that Stop and Restart name.
@@ -109,7 +112,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
-	s := &Stack{opts: opts, bins: filepath.Join(dir, "bin"), procs: map[string]*exec.Cmd{}}
+	s := &Stack{opts: opts, bins: filepath.Join(dir, "bin"), comps: map[string]*component{}, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.Stop()
@@ -145,7 +148,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if s.Token, err = s.webhookSecret(ctx); err != nil {
 		return nil, err
 	}
-	for _, c := range []string{Registry, Policy, Scan, Cron} {
+	for _, c := range Components() {
 		if err := s.start(ctx, c); err != nil {
 			return nil, err
 		}
@@ -297,33 +300,31 @@ func (s *Stack) Command(c string) (*exec.Cmd, error) {
 
 // PID returns the process id of a running component, or 0 when it is not running.
 func (s *Stack) PID(c string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if cmd := s.procs[c]; cmd != nil && cmd.Process != nil {
-		return cmd.Process.Pid
-	}
-	return 0
+	return s.Status(c).PID
 }
 
+// start starts component c, which must not be running, and waits until it answers.
 func (s *Stack) start(ctx context.Context, c string) error {
-	cmd, ready, err := s.withEnv(c)
-	if err != nil {
-		return err
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		return errors.New("the stack is stopping")
 	}
-	logPath := filepath.Join(s.opts.Dir, "logs", c+".log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
+	if comp := s.comps[c]; comp != nil {
+		if comp.proc != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("%s is running", c)
+		}
+		// A deliberate start replaces a pending restart and forgets earlier exits.
+		comp.gen++
+		comp.delay = 0
 	}
-	defer logFile.Close()
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	_, ready, err := s.spawn(c)
+	s.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("starting %s: %w", c, err)
 	}
-	s.mu.Lock()
-	s.procs[c] = cmd
-	s.mu.Unlock()
+	logPath := s.Log(c)
 	if ready == "" {
 		return nil
 	}
@@ -346,28 +347,34 @@ func (s *Stack) start(ctx context.Context, c string) error {
 }
 
 // Kill stops a component with sig (SIGTERM for a clean stop, SIGKILL for a crash) and waits
-// until it has exited.
+// until it has exited. The Stack leaves a component that Kill stopped down until Restart; Kill
+// also cancels a restart the Stack had pending.
 func (s *Stack) Kill(c string, sig syscall.Signal) error {
 	s.mu.Lock()
-	cmd := s.procs[c]
-	delete(s.procs, c)
-	s.mu.Unlock()
-	if cmd == nil {
+	comp := s.comps[c]
+	if comp == nil || (comp.proc == nil && comp.restartAt.IsZero()) {
+		s.mu.Unlock()
 		return fmt.Errorf("%s is not running", c)
 	}
-	_ = cmd.Process.Signal(sig)
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
+	p := comp.proc
+	comp.proc, comp.restartAt = nil, time.Time{}
+	comp.gen++
+	s.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	_ = p.cmd.Process.Signal(sig)
 	select {
-	case <-done:
+	case <-p.exited:
 	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
+		_ = p.cmd.Process.Kill()
+		<-p.exited
 	}
 	return nil
 }
 
-// Restart starts a component that Kill stopped.
+// Restart starts a component that Kill stopped, or at once one that the Stack is about to
+// restart, and waits until it answers.
 func (s *Stack) Restart(ctx context.Context, c string) error {
 	return s.start(ctx, c)
 }
@@ -383,14 +390,16 @@ func (s *Stack) Log(c string) string {
 }
 
 // Stop stops every process, the functions first so that they close the store cleanly.
+// Nothing is restarted after Stop.
 func (s *Stack) Stop() error {
+	s.mu.Lock()
+	if !s.stopping {
+		s.stopping = true
+		close(s.done)
+	}
+	s.mu.Unlock()
 	for _, c := range []string{Cron, Scan, Policy, Registry} {
-		s.mu.Lock()
-		_, ok := s.procs[c]
-		s.mu.Unlock()
-		if ok {
-			_ = s.Kill(c, syscall.SIGTERM)
-		}
+		_ = s.Kill(c, syscall.SIGTERM)
 	}
 	if s.Env != nil {
 		return s.Env.Stop()
