@@ -70,4 +70,3 @@ func decodeObject(e cloudevents.Event, v any, namespace, name *string) error {
 	}
 	return nil
 }
-
