@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/webhook"
 )
 
@@ -42,10 +43,10 @@ func TestDeliveryKeysHaveABoundedSize(t *testing.T) {
 
 func TestManyPushedTagsAskForAListing(t *testing.T) {
 	var evs []webhook.Event
-	for i := range maxHintTags {
+	for i := range reconcile.MaxHintTags {
 		evs = append(evs, webhook.Event{Tag: "t" + string(rune('a'+i))})
 	}
-	if tgt := newTarget(repoEntry{}, evs); tgt.hint() == nil || len(tgt.hint().Tags) != maxHintTags {
+	if tgt := newTarget(repoEntry{}, evs); tgt.hint() == nil || len(tgt.hint().Tags) != reconcile.MaxHintTags {
 		t.Errorf("%d tags: hint %+v", len(evs), tgt.hint())
 	}
 	evs = append(evs, webhook.Event{Tag: "one-more"})

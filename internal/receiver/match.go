@@ -69,10 +69,6 @@ func (r *Receiver) match(ctx context.Context, namespace string, evs []webhook.Ev
 	return pick(repos), nil
 }
 
-// maxHintTags is the most pushed tags a scan confirms one by one; a delivery that names more
-// asks for a full listing, which costs a request per page of tags rather than one per tag.
-const maxHintTags = 16
-
 func newTarget(repo repoEntry, evs []webhook.Event) target {
 	t := target{namespace: repo.namespace, name: repo.name, timeout: repo.timeout}
 	seen := map[string]bool{}
@@ -84,7 +80,7 @@ func newTarget(repo repoEntry, evs []webhook.Event) target {
 			seen[e.Tag] = true
 			t.tags = append(t.tags, e.Tag)
 		}
-		if len(t.tags) > maxHintTags {
+		if len(t.tags) > reconcile.MaxHintTags {
 			t.full, t.tags = true, nil
 			break
 		}

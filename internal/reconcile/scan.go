@@ -123,6 +123,11 @@ func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) 
 	}
 }
 
+// MaxHintTags is the most pushed tags one delivery may ask a scan to confirm one by one: beyond
+// it, a full listing costs fewer requests (a page of tags per request rather than a request per
+// tag).
+const MaxHintTags = 16
+
 // mergeHints joins a waiting request with a new one: a full listing absorbs any hint.
 func mergeHints(waiting bool, a, b *Hint) *Hint {
 	if !waiting {
