@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -77,17 +78,14 @@ func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 	ran := make(chan error, 1)
 	go func() { ran <- run(20*time.Second, slog.New(slog.NewJSONHandler(logs, nil))) }()
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	testenv.Eventually(t, 10*time.Second, func() error {
 		resp, err := http.Get(url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
+		if err != nil {
+			return fmt.Errorf("the function did not start: %w", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the function did not start: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return nil
+	})
 
 	type answer struct {
 		code int

@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/imagereflector/reflector/functions/scan"
@@ -90,23 +91,19 @@ func (f *function) createRepo(t *testing.T, name, image string) {
 	}
 }
 
-// waitTag polls until the status of name lists tag.
+// waitTag waits until the status of name lists tag.
 func (f *function) waitTag(t *testing.T, name, tag string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testenv.Eventually(t, within, func() error {
 		r, err := f.kube.Repositories.Get(context.Background(), f.ns, name)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		if r.Status.LastScanResult != nil && slices.Contains(r.Status.LastScanResult.LatestTags, tag) {
-			return
+		if r.Status.LastScanResult == nil || !slices.Contains(r.Status.LastScanResult.LatestTags, tag) {
+			return fmt.Errorf("tag %s not in the status of %s: %+v", tag, name, r.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tag %s not in the status of %s within %s: %+v", tag, name, within, r.Status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestScanFunctionIntegrationRoutes: each surface serves /healthz; webhooks under /hook/ reach
@@ -205,20 +202,17 @@ func TestScanFunctionIntegrationDistributionEndToEnd(t *testing.T) {
 
 func waitServing(t *testing.T, url string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testenv.Eventually(t, 15*time.Second, func() error {
 		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not serving within 15s: %v", url, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s answers %s", url, resp.Status)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // status sends req (a new one of method and url when nil; else req with url as its URL) and
@@ -270,20 +264,14 @@ func TestScanFunctionIntegrationScanOutlivesItsRequest(t *testing.T) {
 		resp.Body.Close()
 		t.Fatalf("the scan request was answered (%d) before the registry's timeout", resp.StatusCode)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(t, 20*time.Second, func() error {
 		got, err := f.kube.Repositories.Get(context.Background(), f.ns, "slow")
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		for _, c := range got.Status.Conditions {
-			if c.Type == "Ready" && c.Status == metav1.ConditionFalse {
-				return
-			}
+		if !apimeta.IsStatusConditionFalse(got.Status.Conditions, v1.ReadyCondition) {
+			return fmt.Errorf("no failure written after the sender gave up: %+v", got.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no failure written 20s after the sender gave up: %+v", got.Status)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"hash"
 	"io"
 	"log/slog"
@@ -153,20 +154,18 @@ func (f *fixture) annotation(t testing.TB, ns, name string) string {
 	return f.get(t, ns, name).Annotations[v1.ReconcileRequestAnnotation]
 }
 
-// waitTag polls until the status of ns/name lists tag, and returns the object.
+// waitTag waits until the status of ns/name lists tag, and returns the object.
 func (f *fixture) waitTag(t testing.TB, ns, name, tag string) *v1.ImageRepository {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		r := f.get(t, ns, name)
-		if r.Status.LastScanResult != nil && slices.Contains(r.Status.LastScanResult.LatestTags, tag) {
-			return r
+	var r *v1.ImageRepository
+	testenv.Eventually(t, 30*time.Second, func() error {
+		r = f.get(t, ns, name)
+		if r.Status.LastScanResult == nil || !slices.Contains(r.Status.LastScanResult.LatestTags, tag) {
+			return fmt.Errorf("%s/%s: tag %s not in the status; status %+v", ns, name, tag, r.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s/%s: tag %s not in the status within 30s; status %+v", ns, name, tag, r.Status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return r
 }
 
 // tagListings counts the tag list requests that reached the registry for repo ("" for all).

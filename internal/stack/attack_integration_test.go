@@ -27,6 +27,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/stack"
+	"github.com/imagereflector/reflector/internal/testenv"
 )
 
 // The OIDC set-up of the attack stack: the broker's identity is a ServiceAccount of
@@ -415,15 +416,14 @@ spec:
 			answers.WriteString(answer)
 		}
 		// Wait for both scans to fail into the status.
-		deadline := time.Now().Add(30 * time.Second)
 		var statuses string
-		for {
+		testenv.Eventually(t, 30*time.Second, func() error {
 			statuses = ""
 			failed := 0
 			for _, name := range []string{"socks-proxy", "dead-proxy"} {
 				r, err := a.Kube.Repositories.Get(ctx, "default", name)
 				if err != nil {
-					t.Fatal(err)
+					return err
 				}
 				b, _ := json.Marshal(r.Status)
 				statuses += string(b)
@@ -433,14 +433,11 @@ spec:
 					}
 				}
 			}
-			if failed == 2 {
-				break
+			if failed != 2 {
+				return fmt.Errorf("the scans through the proxies have not failed: %s", statuses)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the scans through the proxies did not fail within 30s: %s", statuses)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
 		evs, err := core.Events("default").List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -507,16 +504,22 @@ func (zeros) Read(p []byte) (int, error) {
 // waitLatest waits until policy's latestRef has tag want.
 func waitLatest(t *testing.T, s *stack.Stack, policy, want string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	last := "<none>"
-	for time.Now().Before(deadline) {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		p, err := s.Kube.Policies.Get(context.Background(), "default", policy)
-		if err == nil && p.Status.LatestRef != nil {
-			if last = p.Status.LatestRef.Tag; last == want {
-				return
-			}
+		if err != nil {
+			return err
 		}
-		time.Sleep(50 * time.Millisecond)
+		if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != want {
+			return fmt.Errorf("policy %s: latest %s, want %s; logs in %s", policy, refTag(p.Status.LatestRef), want, s.Log(stack.Scan))
+		}
+		return nil
+	})
+}
+
+// refTag returns the tag of ref, "<none>" for nil.
+func refTag(ref *v1.ImageRef) string {
+	if ref == nil {
+		return "<none>"
 	}
-	t.Fatalf("policy %s: latest %s, want %s; logs in %s", policy, last, want, s.Log(stack.Scan))
+	return ref.Tag
 }

@@ -15,6 +15,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/stack"
 	"github.com/imagereflector/reflector/internal/store"
+	"github.com/imagereflector/reflector/internal/testenv"
 )
 
 const manifests = `apiVersion: image.toolkit.fluxcd.io/v1
@@ -68,19 +69,7 @@ func TestEndToEndIntegration(t *testing.T) {
 	}
 	wait := func(policy, want string) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		last := "<none>"
-		for time.Now().Before(deadline) {
-			p, err := s.Kube.Policies.Get(ctx, "default", policy)
-			if err == nil && p.Status.LatestRef != nil {
-				last = p.Status.LatestRef.Tag
-				if last == want {
-					return
-				}
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		t.Fatalf("policy %s: latest %s, want %s; logs in %s", policy, last, want, s.Log(stack.Scan))
+		waitLatest(t, s, policy, want)
 	}
 
 	push("1.2.0")
@@ -158,17 +147,13 @@ func TestEndToEndIntegration(t *testing.T) {
 		}
 		st := store.New(s.StoreDir(), store.ReadOnly())
 		defer st.Close()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testenv.Eventually(t, 30*time.Second, func() error {
 			keys, err := st.Keys(ctx)
-			if err == nil && !slices.Contains(keys, "default/app") {
-				return
+			if err == nil && slices.Contains(keys, "default/app") {
+				err = fmt.Errorf("the store still holds default/app: %v", keys)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("store keys 30s after the delete: %v, %v", keys, err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return err
+		})
 	})
 
 	t.Run("objects Flux's controller left behind are deleted within a cron period or so", func(t *testing.T) {
@@ -183,18 +168,14 @@ func TestEndToEndIntegration(t *testing.T) {
 		if err := s.Kube.Repositories.Delete(ctx, "default", "legacy"); err != nil {
 			t.Fatal(err)
 		}
-		deadline := start.Add(60 * time.Second)
-		for {
+		testenv.Eventually(t, 60*time.Second, func() error {
 			_, perr := s.Kube.Policies.Get(ctx, "default", "legacy")
 			_, rerr := s.Kube.Repositories.Get(ctx, "default", "legacy")
 			if apierrors.IsNotFound(perr) && apierrors.IsNotFound(rerr) {
-				break
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("still there after a minute: policy %v, repository %v; logs in %s", perr, rerr, s.Log(stack.Cron))
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return fmt.Errorf("still there: policy %v, repository %v; logs in %s", perr, rerr, s.Log(stack.Cron))
+		})
 		t.Logf("deleted %s after the request, with a cron period of 2s", time.Since(start).Round(100*time.Millisecond))
 	})
 }

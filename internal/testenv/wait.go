@@ -1,0 +1,27 @@
+package testenv
+
+import (
+	"testing"
+	"time"
+)
+
+// pollEvery is how often Eventually checks.
+const pollEvery = 20 * time.Millisecond
+
+// Eventually calls check until it returns nil, every 20 ms, and fails tb with check's last
+// error when within has passed first. It is the one place where tests wait for another
+// goroutine or process to get somewhere, and the one place where they sleep.
+func Eventually(tb testing.TB, within time.Duration, check func() error) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("not within %s: %v", within, err)
+		}
+		time.Sleep(pollEvery)
+	}
+}
