@@ -13,6 +13,7 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/receiver"
+	"github.com/imagereflector/reflector/internal/testenv"
 )
 
 const token = "s3cr3t-t0ken"
@@ -229,14 +230,13 @@ func sameObjects(got, want []receiver.Object) bool {
 	return slices.Equal(g, w)
 }
 
-// waitHandled polls until the status of ns/name records the reconcile request token.
+// waitHandled waits until the status of ns/name records the reconcile request token.
 func waitHandled(t testing.TB, f *fixture, ns, name, token string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for f.get(t, ns, name).Status.LastHandledReconcileAt != token {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s/%s: lastHandledReconcileAt is not %s within 30s", ns, name, token)
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if got := f.get(t, ns, name).Status.LastHandledReconcileAt; got != token {
+			return fmt.Errorf("%s/%s: lastHandledReconcileAt is %q, want %s", ns, name, got, token)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -418,27 +418,24 @@ func TestEvaluateIntegrationStoreEntryLostKeepsLatestRef(t *testing.T) {
 // and returns a function that closes it.
 func holdStore(t *testing.T, dir string) (release func()) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, func() error {
 		db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
-		if err == nil {
-			var once bool
-			release = func() {
-				if !once {
-					once = true
-					if err := db.Close(); err != nil {
-						t.Error(err)
-					}
+		if err != nil {
+			return fmt.Errorf("holding the store: %w", err)
+		}
+		var once bool
+		release = func() {
+			if !once {
+				once = true
+				if err := db.Close(); err != nil {
+					t.Error(err)
 				}
 			}
-			t.Cleanup(release)
-			return release
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("holding the store: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	t.Cleanup(release)
+	return release
 }
 
 // TestEvaluateIntegrationStoreHeldByWriter: an evaluation that finds the store held by a writer
