@@ -22,6 +22,7 @@ require (
 )
 
 require (
+	cloud.google.com/go/functions v1.19.3 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
