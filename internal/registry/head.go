@@ -35,8 +35,9 @@ func (s *Scan) Head(ctx context.Context, tag string) (string, error) {
 	return desc.Digest.String(), nil
 }
 
-// confirmDelays are the waits between the HEADs of Confirm after a 404: 375 ms in all.
-var confirmDelays = [...]time.Duration{25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond}
+// confirmDelays are the waits between the HEADs of Confirm after a 404: 1.575 s in all, enough
+// for a registry under load to write the tag it has announced.
+var confirmDelays = [...]time.Duration{25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}
 
 // Confirm checks that tag, which a push event has just announced, exists: a HEAD, and while the
 // registry answers 404, a few more at short intervals, because some registries (CNCF

@@ -6,22 +6,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/imagereflector/reflector/internal/stack"
 )
 
-// fullScans counts the scan function's scans of default/name that listed every tag, from its
-// log.
-func fullScans(t *testing.T, s *stack.Stack, name string) int {
+// fullScans returns the log lines of the scan function's scans of default/name that listed every
+// tag.
+func fullScans(t *testing.T, s *stack.Stack, name string) []string {
 	t.Helper()
 	f, err := os.Open(s.Log(stack.Scan))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	n := 0
+	var out []string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -36,10 +37,10 @@ func fullScans(t *testing.T, s *stack.Stack, name string) int {
 			continue
 		}
 		if line.Incremental != nil && !*line.Incremental && line.Failure == "" {
-			n++
+			out = append(out, sc.Text())
 		}
 	}
-	return n
+	return out
 }
 
 // TestPushesAreConfirmedIntegration pushes 100 tags one after another into docker-registry,
@@ -56,15 +57,15 @@ func TestPushesAreConfirmedIntegration(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLatest(t, s, "stable", "1.0.0")
-	first := fullScans(t, s, "app")
+	first := len(fullScans(t, s, "app"))
 	for i := 1; i <= 100; i++ {
 		if _, err := stack.Push(fmt.Sprintf("%s:1.%d.0", image, i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	waitLatest(t, s, "stable", "1.100.0")
-	if n := fullScans(t, s, "app") - first; n != 0 {
-		t.Errorf("%d full listings for 100 pushes, want 0", n)
+	if full := fullScans(t, s, "app")[first:]; len(full) != 0 {
+		t.Errorf("%d full listings for 100 pushes, want 0:\n%s", len(full), strings.Join(full, "\n"))
 	}
 	r, err := s.Kube.Repositories.Get(ctx, "default", "app")
 	if err != nil {
