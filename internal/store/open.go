@@ -25,10 +25,7 @@ func (s *Store) open(ctx context.Context, start time.Time) (*badger.DB, *gate, e
 		if err := os.MkdirAll(s.dir, 0o755); err != nil {
 			return nil, nil, fmt.Errorf("tag store %s: %w", s.dir, err)
 		}
-		var g *gate
-		if !s.opts.noGate {
-			g = openGate(s.dir)
-		}
+		g := openGate(s.dir)
 		db, err := s.openThroughGate(ctx, g, &bo, start)
 		switch {
 		case errors.Is(err, errRebuilt):

@@ -3,8 +3,6 @@ package store
 import (
 	"log/slog"
 	"time"
-
-	"github.com/dgraph-io/badger/v4"
 )
 
 // DefaultLinger is how long an idle Store keeps the directory open when no
@@ -19,11 +17,6 @@ type options struct {
 	linger   time.Duration
 	rebuild  bool
 	logger   *slog.Logger
-	// badger adjusts the Badger options after the package's own; tests use it
-	// to compare with Badger's defaults.
-	badger func(badger.Options) badger.Options
-	// noGate turns the gate off; benchmarks use it to show what it is for.
-	noGate bool
 }
 
 func makeOptions(opts []Option) options {
