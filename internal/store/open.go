@@ -77,12 +77,12 @@ func (s *Store) openThroughGate(ctx context.Context, g *gate, bo *backoff, start
 // without closing, or no store at all, needs one read-write open first:
 // Badger replays (or creates) the log only then.
 func (s *Store) openOnce(write bool) (*badger.DB, error) {
-	db, err := s.badgerOpen(!write)
+	db, err := badger.Open(s.badgerOptions(!write))
 	if err == nil || isLocked(err) {
 		return db, err
 	}
 	if !write && needsWriter(err) {
-		rw, err := s.badgerOpen(false)
+		rw, err := badger.Open(s.badgerOptions(false))
 		if err != nil {
 			if isLocked(err) {
 				return nil, err
@@ -93,23 +93,12 @@ func (s *Store) openOnce(write bool) (*badger.DB, error) {
 			return nil, s.unreadable(err)
 		}
 		s.opts.logger.Warn("replayed the log of a writer that did not close the tag store", "dir", s.dir)
-		db, err = s.badgerOpen(true)
+		db, err = badger.Open(s.badgerOptions(true))
 		if err == nil || isLocked(err) {
 			return db, err
 		}
 	}
 	return nil, s.unreadable(err)
-}
-
-// badgerOpen opens Badger, turning a panic on a damaged directory into an
-// error.
-func (s *Store) badgerOpen(readOnly bool) (db *badger.DB, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			db, err = nil, fmt.Errorf("badger panicked while opening: %v", r)
-		}
-	}()
-	return badger.Open(s.badgerOptions(readOnly))
 }
 
 // unreadable reports a directory Badger cannot open and, when the Store is
