@@ -2,42 +2,27 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
 
-// errRebuilt says that the directory was moved aside and the open should
-// start again on a fresh one.
-var errRebuilt = errors.New("tag store moved aside")
-
 // open opens the directory for this Store's mode, waiting through the gate
 // while another process holds it.
 func (s *Store) open(ctx context.Context, start time.Time) (*badger.DB, *gate, error) {
-	var bo backoff
-	for {
-		if err := os.MkdirAll(s.dir, 0o755); err != nil {
-			return nil, nil, fmt.Errorf("tag store %s: %w", s.dir, err)
-		}
-		g := openGate(s.dir)
-		db, err := s.openThroughGate(ctx, g, &bo, start)
-		switch {
-		case errors.Is(err, errRebuilt):
-			// The gate file moved away with the old directory.
-			g.close()
-		case err != nil:
-			g.close()
-			return nil, nil, err
-		default:
-			return db, g, nil
-		}
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("tag store %s: %w", s.dir, err)
 	}
+	g := openGate(s.dir)
+	db, err := s.openThroughGate(ctx, g, &backoff{}, start)
+	if err != nil {
+		g.close()
+		return nil, nil, err
+	}
+	return db, g, nil
 }
 
 // openThroughGate announces this process at the gate and retries the open
@@ -101,47 +86,10 @@ func (s *Store) openOnce(write bool) (*badger.DB, error) {
 	return nil, s.unreadable(err)
 }
 
-// unreadable reports a directory Badger cannot open and, when the Store is
-// allowed to, moves it aside so the next attempt starts empty.
+// unreadable reports a directory Badger cannot open for a reason other than
+// the lock.
 func (s *Store) unreadable(cause error) error {
-	if environmental(cause) {
-		return fmt.Errorf("tag store %s: cannot open: %v", s.dir, cause)
-	}
-	err := fmt.Errorf("tag store %s: %w: %v", s.dir, ErrCorrupt, cause)
-	if !s.opts.rebuild {
-		return err
-	}
-	aside, mvErr := moveAside(s.dir)
-	if mvErr != nil {
-		return fmt.Errorf("%w (moving it aside failed: %v)", err, mvErr)
-	}
-	s.opts.logger.Warn("moved an unreadable tag store aside and started an empty one",
-		"dir", s.dir, "aside", aside, "error", cause)
-	return errRebuilt
-}
-
-// moveAside renames dir to a sibling with a ".corrupt-<unix nanos>" suffix,
-// after removing older ones so that repeated damage cannot fill the volume.
-// It takes Badger's own directory lock first, so a directory that another
-// process has open is never moved.
-func moveAside(dir string) (string, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		return "", fmt.Errorf("another process has it open: %w", err)
-	}
-	old, _ := filepath.Glob(dir + ".corrupt-*")
-	for _, o := range old {
-		_ = os.RemoveAll(o)
-	}
-	aside := fmt.Sprintf("%s.corrupt-%d", dir, time.Now().UnixNano())
-	if err := os.Rename(dir, aside); err != nil {
-		return "", err
-	}
-	return aside, nil
+	return fmt.Errorf("tag store %s: %w: %v", s.dir, ErrCorrupt, cause)
 }
 
 // Badger formats its errors with %v, so they can only be recognised by text.
@@ -156,16 +104,4 @@ func needsWriter(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "Log truncate required") ||
 		strings.Contains(msg, "no manifest found")
-}
-
-// environmental reports failures of the volume rather than of its content,
-// which rebuilding would not fix.
-func environmental(err error) bool {
-	for _, errno := range []syscall.Errno{syscall.ENOSPC, syscall.EACCES, syscall.EPERM,
-		syscall.EROFS, syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.EIO} {
-		if errors.Is(err, errno) || strings.Contains(err.Error(), errno.Error()) {
-			return true
-		}
-	}
-	return false
 }

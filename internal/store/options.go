@@ -15,7 +15,6 @@ type Option func(*options)
 type options struct {
 	readOnly bool
 	linger   time.Duration
-	rebuild  bool
 	logger   *slog.Logger
 }
 
@@ -38,13 +37,6 @@ func ReadOnly() Option {
 // linger short.
 func WithLinger(d time.Duration) Option {
 	return func(o *options) { o.linger = max(d, 0) }
-}
-
-// RebuildOnCorruption moves a directory that Badger cannot open aside (next
-// to it, with a ".corrupt-<unix nanos>" suffix, keeping only the latest) and
-// starts with an empty store, which the next scans refill.
-func RebuildOnCorruption() Option {
-	return func(o *options) { o.rebuild = true }
 }
 
 // WithLogger sets the logger for the store's and Badger's warnings and
