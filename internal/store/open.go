@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -62,22 +65,19 @@ func (s *Store) openThroughGate(ctx context.Context, g *gate, bo *backoff, start
 // without closing, or no store at all, needs one read-write open first:
 // Badger replays (or creates) the log only then.
 func (s *Store) openOnce(write bool) (*badger.DB, error) {
+	if !write && !exists(filepath.Join(s.dir, badger.ManifestFilename)) {
+		if err := s.replay(); err != nil {
+			return nil, err
+		}
+	}
 	db, err := badger.Open(s.badgerOptions(!write))
 	if err == nil || isLocked(err) {
 		return db, err
 	}
-	if !write && needsWriter(err) {
-		rw, err := badger.Open(s.badgerOptions(false))
-		if err != nil {
-			if isLocked(err) {
-				return nil, err
-			}
-			return nil, s.unreadable(err)
+	if !write && needsReplay(err) {
+		if err := s.replay(); err != nil {
+			return nil, err
 		}
-		if err := rw.Close(); err != nil {
-			return nil, s.unreadable(err)
-		}
-		s.opts.logger.Warn("replayed the log of a writer that did not close the tag store", "dir", s.dir)
 		db, err = badger.Open(s.badgerOptions(true))
 		if err == nil || isLocked(err) {
 			return db, err
@@ -86,22 +86,49 @@ func (s *Store) openOnce(write bool) (*badger.DB, error) {
 	return nil, s.unreadable(err)
 }
 
+// replay opens the directory read-write once and closes it, which makes
+// Badger create a missing store or replay a log left by a writer that died.
+func (s *Store) replay() error {
+	rw, err := badger.Open(s.badgerOptions(false))
+	if err != nil {
+		if isLocked(err) {
+			return err
+		}
+		return s.unreadable(err)
+	}
+	if err := rw.Close(); err != nil {
+		return s.unreadable(err)
+	}
+	s.opts.logger.Warn("opened the tag store read-write once for a reader", "dir", s.dir)
+	return nil
+}
+
 // unreadable reports a directory Badger cannot open for a reason other than
 // the lock.
 func (s *Store) unreadable(cause error) error {
 	return fmt.Errorf("tag store %s: %w: %v", s.dir, ErrCorrupt, cause)
 }
 
-// Badger formats its errors with %v, so they can only be recognised by text.
+// exists reports whether path may exist; only "does not exist" says no.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return !errors.Is(err, fs.ErrNotExist)
+}
 
-// isLocked reports Badger's failure to take the directory lock.
+// Badger wraps errors with y.Wrapf, which outside its debug build formats
+// the cause with %+v instead of wrapping it, so errors.Is cannot see the
+// cause and these two are recognised by text.
+
+// isLocked reports Badger's failure to take the directory lock, formatted by
+// acquireDirectoryLock (dir_unix.go).
 func isLocked(err error) bool {
 	return strings.Contains(err.Error(), "Cannot acquire directory lock")
 }
 
-// needsWriter reports the read-only opens that one read-write open fixes.
-func needsWriter(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "Log truncate required") ||
-		strings.Contains(msg, "no manifest found")
+// needsReplay reports badger.ErrTruncateNeeded, which a read-only open of a
+// log left by a writer that died gets from (*memTable).UpdateSkipList,
+// wrapped by openMemTable and Open.
+func needsReplay(err error) bool {
+	return errors.Is(err, badger.ErrTruncateNeeded) ||
+		strings.Contains(err.Error(), badger.ErrTruncateNeeded.Error())
 }

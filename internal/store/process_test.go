@@ -120,7 +120,7 @@ func TestKilledWriterRecovers(t *testing.T) {
 		if db, err := badger.Open(badger.DefaultOptions(dir).WithReadOnly(true).WithLogger(nil)); err == nil {
 			db.Close()
 			t.Errorf("round %d: read-only open after SIGKILL needed no replay", round)
-		} else if !needsWriter(err) {
+		} else if !needsReplay(err) {
 			t.Errorf("round %d: read-only open after SIGKILL: %v", round, err)
 		}
 
