@@ -9,7 +9,7 @@ import (
 // for a process that opens the store briefly and often, holding little
 // data; docs/store.md records what each one saves.
 func (s *Store) badgerOptions(readOnly bool) badger.Options {
-	opt := badger.DefaultOptions(s.dir).
+	return badger.DefaultOptions(s.dir).
 		WithReadOnly(readOnly).
 		WithLogger(badgerLogger{s.opts.logger}).
 		WithMetricsEnabled(false).
@@ -36,8 +36,4 @@ func (s *Store) badgerOptions(readOnly bool) badger.Options {
 		// compacting it then keeps reads fast and the discard statistics,
 		// which value-log GC relies on, current.
 		WithCompactL0OnClose(true)
-	if s.opts.badger != nil {
-		opt = s.opts.badger(opt)
-	}
-	return opt
 }

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/dgraph-io/badger/v4"
 )
 
 // BenchmarkAcquire measures taking the lease: "open" when the database is
@@ -30,31 +27,23 @@ func BenchmarkAcquire(b *testing.B) {
 			s.release()
 		}
 	})
-	defaults := func(o *options) {
-		o.badger = func(b badger.Options) badger.Options {
-			return badger.DefaultOptions(b.Dir).WithLogger(b.Logger).WithReadOnly(b.ReadOnly)
-		}
-	}
 	for _, mode := range []struct {
 		name     string
 		readOnly bool
-		badger   []Option
 	}{
-		{"closed-reader", true, nil},
-		{"closed-writer", false, nil},
-		{"closed-reader-badger-defaults", true, []Option{defaults}},
-		{"closed-writer-badger-defaults", false, []Option{defaults}},
+		{"closed-reader", true},
+		{"closed-writer", false},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			dir := b.TempDir()
-			seed := New(dir, mode.badger...)
+			seed := New(dir)
 			for i := range 100 {
 				if _, _, err := seed.Put(ctx, fmt.Sprintf("ns/r%d", i), testID, manyTags(1000, "v"), time.Now()); err != nil {
 					b.Fatal(err)
 				}
 			}
 			seed.Close()
-			opts := mode.badger
+			var opts []Option
 			if mode.readOnly {
 				opts = append(opts, ReadOnly())
 			}
@@ -108,26 +97,13 @@ func BenchmarkPut100k(b *testing.B) {
 
 // BenchmarkHandover measures how long a writer waits for the directory
 // while reader processes read without pause, and how long the reads that
-// wait for the writer take. "nogate" turns the gate off in every process:
-// a writer then gets in only when all readers happen to be closed at once,
-// and a write that waits past a second counts as a timeout.
+// wait for the writer take. A write that waits past a second counts as a
+// timeout.
 func BenchmarkHandover(b *testing.B) {
-	for _, bc := range []struct {
-		readers int
-		gate    bool
-	}{{1, true}, {3, true}, {3, false}} {
-		name := fmt.Sprintf("readers-%d", bc.readers)
-		arg := ""
-		if !bc.gate {
-			name, arg = name+"-nogate", "nogate"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, readers := range []int{1, 3} {
+		b.Run(fmt.Sprintf("readers-%d", readers), func(b *testing.B) {
 			ctx := context.Background()
 			dir := b.TempDir()
-			opts := []Option{}
-			if !bc.gate {
-				opts = append(opts, func(o *options) { o.noGate = true })
-			}
 			seed := New(dir)
 			for _, k := range []string{"ns/put", "ns/add"} {
 				if _, _, err := seed.Put(ctx, k, testID, genTags(0, smallGen(0)), time.Now()); err != nil {
@@ -137,11 +113,11 @@ func BenchmarkHandover(b *testing.B) {
 			if err := seed.Close(); err != nil {
 				b.Fatal(err)
 			}
-			s := New(dir, opts...)
+			s := New(dir)
 			defer s.Close()
-			var readers []*helper
-			for i := 0; i < bc.readers; i++ {
-				readers = append(readers, startHelper(b, "reader", dir, arg))
+			var helpers []*helper
+			for range readers {
+				helpers = append(helpers, startHelper(b, "reader", dir, ""))
 			}
 			time.Sleep(200 * time.Millisecond)
 			var lat []time.Duration
@@ -166,7 +142,7 @@ func BenchmarkHandover(b *testing.B) {
 			b.StopTimer()
 			w := summarize(lat, 0, 0)
 			var waits summary
-			for _, r := range readers {
+			for _, r := range helpers {
 				sum := r.summary()
 				if sum.P50ms > waits.P50ms {
 					waits.P50ms = sum.P50ms
@@ -186,11 +162,10 @@ func BenchmarkHandover(b *testing.B) {
 
 // BenchmarkPeakRSS runs a process that writes 1,000 repositories of 1,000
 // tags and reports its peak RSS: in sessions of ten writes, as the scan
-// function would, and in one session, as the cron reconciler would; with
-// the store's options and with Badger's defaults.
+// function would, and in one session, as the cron reconciler would.
 func BenchmarkPeakRSS(b *testing.B) {
-	for _, arg := range []string{"store/10", "store/1000", "defaults/10", "defaults/1000"} {
-		b.Run(strings.ReplaceAll(arg, "/", "-per-session-"), func(b *testing.B) {
+	for _, arg := range []string{"10", "1000"} {
+		b.Run("store-per-session-"+arg, func(b *testing.B) {
 			var kib int64
 			for b.Loop() {
 				h := startHelper(b, "rss", b.TempDir(), arg)

@@ -27,5 +27,5 @@
 // de-duplicated tags; see [RevisionOf].
 //
 // The store is a cache: losing it costs a full scan, so a directory that
-// cannot be read may be moved aside and rebuilt ([RebuildOnCorruption]).
+// cannot be read ([ErrCorrupt]) can be removed and the next scans refill it.
 package store

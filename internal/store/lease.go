@@ -10,8 +10,12 @@ import (
 	"github.com/imagereflector/reflector/internal/metrics"
 )
 
-// watchInterval is how often an open database checks for waiting processes
-// and for the end of its linger.
+// watchInterval is how often an open database probes the gate for waiting
+// processes and checks the end of its linger. It is a poll because flock
+// tells nobody about a lock that another process failed to take. It adds up
+// to its own length to every hand-over: in BenchmarkHandover a writer's p50
+// wait was the same at 1 ms and 5 ms (33-38 ms) and about 10 ms longer at
+// 20 ms (42-47 ms); 5 ms costs a fifth of the probes of 1 ms.
 const watchInterval = 5 * time.Millisecond
 
 // acquire returns the open database, opening it when needed. The caller

@@ -4,43 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
 
-// errRebuilt says that the directory was moved aside and the open should
-// start again on a fresh one.
-var errRebuilt = errors.New("tag store moved aside")
-
 // open opens the directory for this Store's mode, waiting through the gate
 // while another process holds it.
 func (s *Store) open(ctx context.Context, start time.Time) (*badger.DB, *gate, error) {
-	var bo backoff
-	for {
-		if err := os.MkdirAll(s.dir, 0o755); err != nil {
-			return nil, nil, fmt.Errorf("tag store %s: %w", s.dir, err)
-		}
-		var g *gate
-		if !s.opts.noGate {
-			g = openGate(s.dir)
-		}
-		db, err := s.openThroughGate(ctx, g, &bo, start)
-		switch {
-		case errors.Is(err, errRebuilt):
-			// The gate file moved away with the old directory.
-			g.close()
-		case err != nil:
-			g.close()
-			return nil, nil, err
-		default:
-			return db, g, nil
-		}
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("tag store %s: %w", s.dir, err)
 	}
+	g := openGate(s.dir)
+	db, err := s.openThroughGate(ctx, g, &backoff{}, start)
+	if err != nil {
+		g.close()
+		return nil, nil, err
+	}
+	return db, g, nil
 }
 
 // openThroughGate announces this process at the gate and retries the open
@@ -80,23 +65,20 @@ func (s *Store) openThroughGate(ctx context.Context, g *gate, bo *backoff, start
 // without closing, or no store at all, needs one read-write open first:
 // Badger replays (or creates) the log only then.
 func (s *Store) openOnce(write bool) (*badger.DB, error) {
-	db, err := s.badgerOpen(!write)
+	if !write && !exists(filepath.Join(s.dir, badger.ManifestFilename)) {
+		if err := s.replay(); err != nil {
+			return nil, err
+		}
+	}
+	db, err := badger.Open(s.badgerOptions(!write))
 	if err == nil || isLocked(err) {
 		return db, err
 	}
-	if !write && needsWriter(err) {
-		rw, err := s.badgerOpen(false)
-		if err != nil {
-			if isLocked(err) {
-				return nil, err
-			}
-			return nil, s.unreadable(err)
+	if !write && needsReplay(err) {
+		if err := s.replay(); err != nil {
+			return nil, err
 		}
-		if err := rw.Close(); err != nil {
-			return nil, s.unreadable(err)
-		}
-		s.opts.logger.Warn("replayed the log of a writer that did not close the tag store", "dir", s.dir)
-		db, err = s.badgerOpen(true)
+		db, err = badger.Open(s.badgerOptions(true))
 		if err == nil || isLocked(err) {
 			return db, err
 		}
@@ -104,82 +86,49 @@ func (s *Store) openOnce(write bool) (*badger.DB, error) {
 	return nil, s.unreadable(err)
 }
 
-// badgerOpen opens Badger, turning a panic on a damaged directory into an
-// error.
-func (s *Store) badgerOpen(readOnly bool) (db *badger.DB, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			db, err = nil, fmt.Errorf("badger panicked while opening: %v", r)
-		}
-	}()
-	return badger.Open(s.badgerOptions(readOnly))
-}
-
-// unreadable reports a directory Badger cannot open and, when the Store is
-// allowed to, moves it aside so the next attempt starts empty.
-func (s *Store) unreadable(cause error) error {
-	if environmental(cause) {
-		return fmt.Errorf("tag store %s: cannot open: %v", s.dir, cause)
-	}
-	err := fmt.Errorf("tag store %s: %w: %v", s.dir, ErrCorrupt, cause)
-	if !s.opts.rebuild {
-		return err
-	}
-	aside, mvErr := moveAside(s.dir)
-	if mvErr != nil {
-		return fmt.Errorf("%w (moving it aside failed: %v)", err, mvErr)
-	}
-	s.opts.logger.Warn("moved an unreadable tag store aside and started an empty one",
-		"dir", s.dir, "aside", aside, "error", cause)
-	return errRebuilt
-}
-
-// moveAside renames dir to a sibling with a ".corrupt-<unix nanos>" suffix,
-// after removing older ones so that repeated damage cannot fill the volume.
-// It takes Badger's own directory lock first, so a directory that another
-// process has open is never moved.
-func moveAside(dir string) (string, error) {
-	f, err := os.Open(dir)
+// replay opens the directory read-write once and closes it, which makes
+// Badger create a missing store or replay a log left by a writer that died.
+func (s *Store) replay() error {
+	rw, err := badger.Open(s.badgerOptions(false))
 	if err != nil {
-		return "", err
+		if isLocked(err) {
+			return err
+		}
+		return s.unreadable(err)
 	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		return "", fmt.Errorf("another process has it open: %w", err)
+	if err := rw.Close(); err != nil {
+		return s.unreadable(err)
 	}
-	old, _ := filepath.Glob(dir + ".corrupt-*")
-	for _, o := range old {
-		_ = os.RemoveAll(o)
-	}
-	aside := fmt.Sprintf("%s.corrupt-%d", dir, time.Now().UnixNano())
-	if err := os.Rename(dir, aside); err != nil {
-		return "", err
-	}
-	return aside, nil
+	s.opts.logger.Warn("opened the tag store read-write once for a reader", "dir", s.dir)
+	return nil
 }
 
-// Badger formats its errors with %v, so they can only be recognised by text.
+// unreadable reports a directory Badger cannot open for a reason other than
+// the lock.
+func (s *Store) unreadable(cause error) error {
+	return fmt.Errorf("tag store %s: %w: %v", s.dir, ErrCorrupt, cause)
+}
 
-// isLocked reports Badger's failure to take the directory lock.
+// exists reports whether path may exist; only "does not exist" says no.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
+// Badger wraps errors with y.Wrapf, which outside its debug build formats
+// the cause with %+v instead of wrapping it, so errors.Is cannot see the
+// cause and these two are recognised by text.
+
+// isLocked reports Badger's failure to take the directory lock, formatted by
+// acquireDirectoryLock (dir_unix.go).
 func isLocked(err error) bool {
 	return strings.Contains(err.Error(), "Cannot acquire directory lock")
 }
 
-// needsWriter reports the read-only opens that one read-write open fixes.
-func needsWriter(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "Log truncate required") ||
-		strings.Contains(msg, "no manifest found")
-}
-
-// environmental reports failures of the volume rather than of its content,
-// which rebuilding would not fix.
-func environmental(err error) bool {
-	for _, errno := range []syscall.Errno{syscall.ENOSPC, syscall.EACCES, syscall.EPERM,
-		syscall.EROFS, syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.EIO} {
-		if errors.Is(err, errno) || strings.Contains(err.Error(), errno.Error()) {
-			return true
-		}
-	}
-	return false
+// needsReplay reports badger.ErrTruncateNeeded, which a read-only open of a
+// log left by a writer that died gets from (*memTable).UpdateSkipList,
+// wrapped by openMemTable and Open.
+func needsReplay(err error) bool {
+	return errors.Is(err, badger.ErrTruncateNeeded) ||
+		strings.Contains(err.Error(), badger.ErrTruncateNeeded.Error())
 }

@@ -3,8 +3,6 @@ package store
 import (
 	"log/slog"
 	"time"
-
-	"github.com/dgraph-io/badger/v4"
 )
 
 // DefaultLinger is how long an idle Store keeps the directory open when no
@@ -17,13 +15,7 @@ type Option func(*options)
 type options struct {
 	readOnly bool
 	linger   time.Duration
-	rebuild  bool
 	logger   *slog.Logger
-	// badger adjusts the Badger options after the package's own; tests use it
-	// to compare with Badger's defaults.
-	badger func(badger.Options) badger.Options
-	// noGate turns the gate off; benchmarks use it to show what it is for.
-	noGate bool
 }
 
 func makeOptions(opts []Option) options {
@@ -45,13 +37,6 @@ func ReadOnly() Option {
 // linger short.
 func WithLinger(d time.Duration) Option {
 	return func(o *options) { o.linger = max(d, 0) }
-}
-
-// RebuildOnCorruption moves a directory that Badger cannot open aside (next
-// to it, with a ".corrupt-<unix nanos>" suffix, keeping only the latest) and
-// starts with an empty store, which the next scans refill.
-func RebuildOnCorruption() Option {
-	return func(o *options) { o.rebuild = true }
 }
 
 // WithLogger sets the logger for the store's and Badger's warnings and

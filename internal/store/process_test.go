@@ -120,7 +120,7 @@ func TestKilledWriterRecovers(t *testing.T) {
 		if db, err := badger.Open(badger.DefaultOptions(dir).WithReadOnly(true).WithLogger(nil)); err == nil {
 			db.Close()
 			t.Errorf("round %d: read-only open after SIGKILL needed no replay", round)
-		} else if !needsWriter(err) {
+		} else if !needsReplay(err) {
 			t.Errorf("round %d: read-only open after SIGKILL: %v", round, err)
 		}
 
@@ -214,8 +214,8 @@ func TestCloseOnSignal(t *testing.T) {
 	db.Close()
 }
 
-// A directory Badger cannot open is reported as ErrCorrupt, and with
-// RebuildOnCorruption moved aside and replaced by an empty store.
+// A directory Badger cannot open is reported as ErrCorrupt, to writers and
+// readers alike.
 func TestCorruptDirectory(t *testing.T) {
 	ctx := testCtx(t)
 	dir := filepath.Join(t.TempDir(), "tags")
@@ -237,18 +237,5 @@ func TestCorruptDirectory(t *testing.T) {
 			t.Errorf("Get on a damaged directory = %v, want ErrCorrupt naming it", err)
 		}
 		s.Close()
-	}
-
-	s = New(dir, RebuildOnCorruption())
-	defer s.Close()
-	if _, err := s.Get(ctx, "ns/a", testID); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Get after rebuild = %v, want ErrNotFound", err)
-	}
-	if _, _, err := s.Put(ctx, "ns/a", testID, []string{"v2"}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	aside, _ := filepath.Glob(dir + ".corrupt-*")
-	if len(aside) != 1 {
-		t.Fatalf("moved-aside directories: %v, want one", aside)
 	}
 }

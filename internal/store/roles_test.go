@@ -18,7 +18,7 @@ func runHelper(role, dir, arg string) int {
 	case "writer":
 		return writerRole(dir, arg)
 	case "reader":
-		return readerRole(dir, arg)
+		return readerRole(dir)
 	case "bigwriter":
 		return bigWriterRole(dir)
 	case "holder":
@@ -70,14 +70,10 @@ func writerRole(dir, arg string) int {
 // readerRole reads both test keys until stdin closes, checking that every
 // entry is whole, that generations never go back and that added tags never
 // disappear. Its summary covers the reads that had to wait for the
-// directory (over a millisecond); arg "nogate" turns the gate off.
-func readerRole(dir, arg string) int {
+// directory (over a millisecond).
+func readerRole(dir string) int {
 	stop := stdinClosed()
-	opts := []Option{ReadOnly()}
-	if arg == "nogate" {
-		opts = append(opts, func(o *options) { o.noGate = true })
-	}
-	s := New(dir, opts...)
+	s := New(dir, ReadOnly())
 	defer s.Close()
 	var waits []time.Duration
 	lastGen, lastAdded, reads := 0, 0, 0
@@ -174,26 +170,15 @@ func sigtermRole(dir string) int {
 }
 
 // rssRole writes 1,000 repositories of 1,000 tags and prints its peak RSS
-// in KiB. arg is "<options>/<session>": options "store" or "defaults"
-// (Badger's default options), session the number of writes before the
-// writer lets the directory go as at the end of a burst of events (so it
+// in KiB. arg is the number of writes before the writer lets the directory go as at the end of a burst of events (so it
 // tidies the value log); 1000 is one long session, as the cron reconciler
 // would hold.
 func rssRole(dir, arg string) int {
-	arg, sessStr, _ := strings.Cut(arg, "/")
-	session, err := strconv.Atoi(sessStr)
+	session, err := strconv.Atoi(arg)
 	if err != nil {
 		return fail("rss: bad argument %q", arg)
 	}
-	opts := []Option{WithLinger(time.Hour), WithLogger(slog.New(slog.DiscardHandler))}
-	if arg == "defaults" {
-		opts = append(opts, func(o *options) {
-			o.badger = func(b badger.Options) badger.Options {
-				return badger.DefaultOptions(b.Dir).WithLogger(b.Logger).WithReadOnly(b.ReadOnly)
-			}
-		})
-	}
-	s := New(dir, opts...)
+	s := New(dir, WithLinger(time.Hour), WithLogger(slog.New(slog.DiscardHandler)))
 	for r := range 1000 {
 		ctx, cancel := opCtx()
 		tags := make([]string, 1000)

@@ -7,20 +7,16 @@ import (
 	"syscall"
 )
 
-// CloseOnSignal closes s when the process receives one of sigs (SIGTERM and
-// SIGINT when none are given): calls in flight finish, later calls fail
+// CloseOnSignal closes s when the process receives SIGTERM or SIGINT: calls in flight finish, later calls fail
 // with ErrClosed, and the database is closed cleanly. It then delivers the
 // signal again, so a function server that does not handle it exits as it
 // would have. stop undoes CloseOnSignal.
 //
 // A server that shuts down gracefully by itself should instead call Close
 // after its last request.
-func CloseOnSignal(s *Store, sigs ...os.Signal) (stop func()) {
-	if len(sigs) == 0 {
-		sigs = []os.Signal{syscall.SIGTERM, os.Interrupt}
-	}
+func CloseOnSignal(s *Store) (stop func()) {
 	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, sigs...)
+	signal.Notify(ch, syscall.SIGTERM, os.Interrupt)
 	quit := make(chan struct{})
 	go func() {
 		select {
