@@ -33,7 +33,7 @@ func main() {
 		kubeconfig  = flag.String("kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config or in-cluster)")
 		concurrency = flag.Int("concurrency", 8, "dispatches under way at once")
 		spread      = flag.Duration("spread", 20*time.Second, "window over which dispatches are spread")
-		pageSize    = flag.Int64("page-size", 500, "objects per list call")
+		pageSize    = flag.Int64("page-size", kube.DefaultPageSize, "objects per list call")
 		timeout     = flag.Duration("timeout", 50*time.Second, "deadline of one pass")
 		storeDir    = flag.String("store-dir", os.Getenv("REFLECTOR_STORE_DIR"), "Badger tag store whose entries of deleted ImageRepositories each pass removes (default $REFLECTOR_STORE_DIR; none when empty)")
 		metricsAddr = flag.String("metrics-addr", ":"+function.DefaultMetricsPort, "where the loop serves /metrics (none when empty; --once never serves)")

@@ -104,9 +104,16 @@ func (o *Objects[T, L]) List(ctx context.Context, namespace string, opts metav1.
 	return out, err
 }
 
-// Pages lists like List, opts.Limit objects a call, following each page's continue token, and
-// calls each with every page in turn; it stops at the first error, its own or each's.
+// DefaultPageSize is the number of objects a list call asks for when its caller sets none.
+const DefaultPageSize = 500
+
+// Pages lists like List, opts.Limit objects a call (DefaultPageSize when it is not positive),
+// following each page's continue token, and calls each with every page in turn; it stops at the
+// first error, its own or each's.
 func (o *Objects[T, L]) Pages(ctx context.Context, namespace string, opts metav1.ListOptions, each func(L) error) error {
+	if opts.Limit <= 0 {
+		opts.Limit = DefaultPageSize
+	}
 	for {
 		page, err := o.List(ctx, namespace, opts)
 		if err != nil {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/imagereflector/reflector/internal/kube"
 )
 
 // Defaults of the options.
@@ -23,7 +25,7 @@ const (
 	// function list them.
 	DefaultSecretTTL = 10 * time.Second
 	// DefaultPageSize is the limit of each ImageRepository list call.
-	DefaultPageSize = 500
+	DefaultPageSize = kube.DefaultPageSize
 	// MaxBodyBytes is the largest webhook body accepted (413 above it).
 	MaxBodyBytes = 1 << 20
 )

@@ -45,7 +45,7 @@ type Pass struct {
 	Spread time.Duration
 	// Concurrency bounds the dispatches under way at once.
 	Concurrency int
-	// PageSize is the limit of each list call.
+	// PageSize is the limit of each list call; zero means kube.DefaultPageSize.
 	PageSize int64
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
@@ -240,9 +240,5 @@ func (p *Pass) cleanStore(ctx context.Context, stored map[string]bool, live map[
 }
 
 func (p *Pass) listOptions() metav1.ListOptions {
-	limit := p.PageSize
-	if limit <= 0 {
-		limit = 500
-	}
-	return metav1.ListOptions{Limit: limit}
+	return metav1.ListOptions{Limit: p.PageSize}
 }

@@ -107,7 +107,8 @@ type Evaluator struct {
 	// Concurrency bounds the evaluations EvaluateRepository runs at once; zero means
 	// DefaultEvaluateConcurrency.
 	Concurrency int
-	// PageSize is the limit of each list call of EvaluateRepository; zero means 500.
+	// PageSize is the limit of each list call of EvaluateRepository; zero means
+	// kube.DefaultPageSize.
 	PageSize int64
 
 	mu   sync.Mutex

@@ -45,12 +45,8 @@ const RepositoryRefField = "spec.imageRepositoryRef.name"
 // policies pages through the ImagePolicies of the cluster that fieldSelector selects and
 // returns those keep accepts.
 func (e *Evaluator) policies(ctx context.Context, fieldSelector string, keep func(*v1.ImagePolicy) bool) ([]*v1.ImagePolicy, error) {
-	limit := e.PageSize
-	if limit <= 0 {
-		limit = 500
-	}
 	var out []*v1.ImagePolicy
-	err := e.Kube.Policies.Pages(ctx, "", metav1.ListOptions{Limit: limit, FieldSelector: fieldSelector}, func(l *v1.ImagePolicyList) error {
+	err := e.Kube.Policies.Pages(ctx, "", metav1.ListOptions{Limit: e.PageSize, FieldSelector: fieldSelector}, func(l *v1.ImagePolicyList) error {
 		for i := range l.Items {
 			if p := &l.Items[i]; keep(p) {
 				out = append(out, p)
