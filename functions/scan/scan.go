@@ -39,6 +39,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"golang.org/x/time/rate"
@@ -55,19 +56,39 @@ import (
 
 func init() {
 	functions.HTTP("webhook", function.Lazy("webhook", func() (http.Handler, error) {
-		h, err := build()
+		h, err := shared()
 		if err != nil {
 			return nil, err
 		}
 		return h.Webhooks(), nil
 	}))
 	functions.HTTP("scan", function.Lazy("scan", func() (http.Handler, error) {
-		h, err := build()
+		h, err := shared()
 		if err != nil {
 			return nil, err
 		}
 		return h.CloudEvents(), nil
 	}))
+}
+
+var (
+	sharedMu      sync.Mutex
+	sharedHandler *Handler
+)
+
+// shared returns the Handler that both registrations serve, building it on first success: a
+// host that serves both functions (no FUNCTION_TARGET) keeps one receiver and one store.
+func shared() (*Handler, error) {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if sharedHandler == nil {
+		h, err := build()
+		if err != nil {
+			return nil, err
+		}
+		sharedHandler = h
+	}
+	return sharedHandler, nil
 }
 
 // Deps are what the scan function works with.
