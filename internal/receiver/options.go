@@ -17,8 +17,9 @@ const (
 	DefaultBurst = 50
 	// DefaultDedupWindow is how long a delivery id is remembered.
 	DefaultDedupWindow = 10 * time.Minute
-	// DefaultDedupSize bounds the deliveries remembered at once; each takes a fixed size (a hash
-	// and the receiver's name), so together well under 2 MB.
+	// DefaultDedupSize bounds the deliveries remembered at once; each takes a fixed size (a
+	// 32-byte hash and the receiver's name of at most 127 bytes, plus map and list overhead),
+	// so together a few MB at most.
 	DefaultDedupSize = 10000
 	// DefaultSecretTTL is how long a listing of the receivers' Secrets is used: the time a new
 	// or rotated token takes to apply, and the most often a flood of deliveries makes the
