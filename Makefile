@@ -9,7 +9,7 @@ BENCH ?= .
 BENCHOUT ?= bench.out
 TESTFLAGS ?=
 
-.PHONY: all generate check-generated build test unit images-test fuzz bench lint deps testenv run clean
+.PHONY: all generate check-generated build test unit images-test fuzz bench lint deps testenv knative-env flux-cli run clean
 
 all: build
 
@@ -42,9 +42,18 @@ deps:
 testenv:
 	./hack/testenv.sh
 
+## knative-env: build Knative Serving's and Eventing's controllers and webhooks and the
+## ApiServerSource receive adapter into the cache once (hack/knative.sh).
+knative-env:
+	./hack/knative.sh
+
+## flux-cli: build the flux CLI into the cache once (hack/flux.sh).
+flux-cli:
+	./hack/flux.sh
+
 ## test: everything CI checks: generated files, lint, unit and integration tests, the image
 ## build, short fuzzing.
-test: check-generated lint deps testenv
+test: check-generated lint deps testenv knative-env flux-cli
 	$(GO) test -count=1 -timeout 30m $(TESTFLAGS) ./...
 	$(MAKE) images-test
 	$(MAKE) fuzz
@@ -77,7 +86,7 @@ bench: testenv
 	$(GO) run golang.org/x/perf/cmd/benchstat@latest $(BENCHOUT)
 
 ## run: start reflector locally on 127.0.0.1 (state in .reflector/).
-run: deps testenv
+run: deps testenv knative-env
 	$(GO) run ./hack/run
 
 clean:
