@@ -1,6 +1,7 @@
 // Command run starts reflector on this machine, on 127.0.0.1 (see internal/stack): etcd,
-// kube-apiserver, Debian's docker-registry, the scan and policy functions and the cron
-// reconciler. It applies a demo ImageRepository with ImagePolicies that watch the local
+// kube-apiserver, Debian's docker-registry, the scan and policy functions, the cron
+// reconciler and Knative's ApiServerSource receive adapter, which brings annotations, spec
+// edits and deletes to the functions as the Knative manifests' ApiServerSource does. It applies a demo ImageRepository with ImagePolicies that watch the local
 // registry, pushes a few tags, and shows a live table that changes as you push more, with the
 // state of each process the stack restarts. State stays in .reflector/, so a second run resumes;
 // Ctrl-C stops everything.
@@ -39,12 +40,13 @@ func main() {
 func run(dir string, once bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	fmt.Println("building reflector and starting etcd, kube-apiserver, docker-registry, the functions and the cron reconciler ...")
+	fmt.Println("building reflector and starting etcd, kube-apiserver, docker-registry, the functions, the cron reconciler and the ApiServerSource adapters ...")
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	s, err := stack.Start(startCtx, stack.Options{
 		Dir: dir,
 		Ports: stack.Ports{APIServer: 26443, Etcd: 22379, Registry: 25000, Scan: 28080, ScanEvents: 28082, Policy: 28081,
-			ScanMetrics: 29095, PolicyMetrics: 29096, CronMetrics: 29097},
+			ScanMetrics: 29095, PolicyMetrics: 29096, CronMetrics: 29097,
+			SourceScanProfiling: 29098, SourcePolicyProfiling: 29099},
 	})
 	cancel()
 	if err != nil {

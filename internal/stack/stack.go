@@ -38,6 +38,9 @@ type Ports struct {
 	ScanEvents int
 	// Metrics are the ports of /metrics of the scan and policy functions and the cron loop.
 	ScanMetrics, PolicyMetrics, CronMetrics int
+	// SourceScanProfiling and SourcePolicyProfiling are the profiling ports of the two
+	// ApiServerSource adapters (Knative's PROFILING_PORT, 8008 unless set).
+	SourceScanProfiling, SourcePolicyProfiling int
 }
 
 // Options configure Start.
@@ -89,7 +92,19 @@ const (
 	Scan     = "scan"
 	Policy   = "policy"
 	Cron     = "cron"
+	// SourceScan and SourcePolicy are Knative's ApiServerSource receive adapter, one per
+	// function: where knative/ has one ApiServerSource and a Broker whose Triggers route
+	// ImageRepository events to the scan function and ImagePolicy events to the policy
+	// function, the stack has no Broker, so each adapter watches one kind and sends to the
+	// function that kind's Triggers name.
+	SourceScan   = "source-scan"
+	SourcePolicy = "source-policy"
 )
+
+// AdapterBinary is where `make knative-env` puts Knative's ApiServerSource receive adapter.
+func AdapterBinary() string {
+	return filepath.Join(testenv.BinDir(), "knative-eventing", "apiserver_receive_adapter")
+}
 
 // Start builds reflector's binaries, starts every process and waits until each answers.
 func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
@@ -118,11 +133,15 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			s.Stop()
 		}
 	}()
+	if _, err := os.Stat(AdapterBinary()); err != nil {
+		return nil, fmt.Errorf("Knative's ApiServerSource receive adapter is not built (run make knative-env): %w", err)
+	}
 	if err := build(ctx, s.bins); err != nil {
 		return nil, err
 	}
 	p := &s.opts.Ports
-	for _, port := range []*int{&p.Registry, &p.Scan, &p.ScanEvents, &p.Policy, &p.ScanMetrics, &p.PolicyMetrics, &p.CronMetrics} {
+	for _, port := range []*int{&p.Registry, &p.Scan, &p.ScanEvents, &p.Policy, &p.ScanMetrics, &p.PolicyMetrics, &p.CronMetrics,
+		&p.SourceScanProfiling, &p.SourcePolicyProfiling} {
 		if *port == 0 {
 			if *port, err = testenv.FreePort(); err != nil {
 				return nil, err
@@ -237,8 +256,28 @@ func (s *Stack) command(c string) (*exec.Cmd, string, error) {
 			"--metrics-addr=127.0.0.1:"+strconv.Itoa(s.opts.Ports.CronMetrics))
 		cmd.Env = env
 		return cmd, "", nil
+	case SourceScan:
+		return s.adapter(env, c, s.ScanEventsURL, "imagerepositories", s.opts.Ports.SourceScanProfiling), "", nil
+	case SourcePolicy:
+		return s.adapter(env, c, s.PolicyURL, "imagepolicies", s.opts.Ports.SourcePolicyProfiling), "", nil
 	}
 	return nil, "", fmt.Errorf("unknown component %q", c)
+}
+
+// adapter returns the command of an ApiServerSource receive adapter that sends the add, update
+// and delete events of one resource of image.toolkit.fluxcd.io/v1 in every namespace to sink,
+// configured as Knative's ApiServerSource controller configures the adapter's Deployment for the
+// ApiServerSource in knative/eventing.yaml (Resource mode, all namespaces). It has no readiness
+// endpoint: its informers list every existing object before they watch, and it sends an add
+// event for each, so an object created before it watches is not missed.
+func (s *Stack) adapter(env []string, name, sink, resource string, profilingPort int) *exec.Cmd {
+	cfg := fmt.Sprintf(`{"allNamespaces":true,"mode":"Resource","resources":[{"gvr":{"Group":"image.toolkit.fluxcd.io","Version":"v1","Resource":%q}}]}`, resource)
+	cmd := exec.Command(AdapterBinary(), "--kubeconfig="+s.Env.Kubeconfig)
+	cmd.Env = append(env, "K_SINK="+sink, "K_SOURCE_CONFIG="+cfg,
+		"NAME=reflector-objects", "NAMESPACE=reflector-system", "SYSTEM_NAMESPACE=knative-eventing",
+		"POD_NAME="+name, "K_COMPONENT=apiserversource",
+		"PROFILING_PORT="+strconv.Itoa(profilingPort))
+	return cmd
 }
 
 // registryConfig is docker-registry's configuration for this stack.
@@ -398,7 +437,7 @@ func (s *Stack) Stop() error {
 		close(s.done)
 	}
 	s.mu.Unlock()
-	for _, c := range []string{Cron, Scan, Policy, Registry} {
+	for _, c := range []string{SourceScan, SourcePolicy, Cron, Scan, Policy, Registry} {
 		_ = s.Kill(c, syscall.SIGTERM)
 	}
 	if s.Env != nil {

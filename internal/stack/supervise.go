@@ -56,7 +56,7 @@ type Status struct {
 
 // Components returns the components the Stack runs as processes and restarts, in start order.
 func Components() []string {
-	return []string{Registry, Policy, Scan, Cron}
+	return []string{Registry, Policy, Scan, Cron, SourceScan, SourcePolicy}
 }
 
 // proc is one process of a component.
