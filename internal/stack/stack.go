@@ -7,6 +7,7 @@
 package stack
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -100,6 +101,10 @@ const (
 	SourceScan   = "source-scan"
 	SourcePolicy = "source-policy"
 )
+
+// adapterReady is the line client-go's reflector logs at verbosity 2 once its first list is done
+// and it watches.
+const adapterReady = "Caches populated"
 
 // AdapterBinary is where `make knative-env` puts Knative's ApiServerSource receive adapter.
 func AdapterBinary() string {
@@ -225,57 +230,97 @@ func (s *Stack) webhookSecret(ctx context.Context) (string, error) {
 	return token, err
 }
 
-// command returns the command line and environment of a component.
-func (s *Stack) command(c string) (*exec.Cmd, string, error) {
+// ready tells whether a component's new process is ready (nil when it is), and what it waits
+// for when it is not.
+type ready func() error
+
+// answers is the readiness of a process that serves url: any answer below 500.
+func answers(url string) ready {
+	return func() error {
+		resp, err := http.Get(url)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode >= 500 {
+			return fmt.Errorf("%s answered %d", url, resp.StatusCode)
+		}
+		return nil
+	}
+}
+
+// logs is the readiness of a process that writes line to its log beyond what the log held
+// when the process started.
+func logs(path, line string) ready {
+	var from int64
+	if fi, err := os.Stat(path); err == nil {
+		from = fi.Size()
+	}
+	return func() error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if int64(len(b)) < from || !bytes.Contains(b[from:], []byte(line)) {
+			return fmt.Errorf("no %q in %s yet", line, path)
+		}
+		return nil
+	}
+}
+
+// command returns the command line and environment of a component, and how to tell that its
+// process is ready (nil for none).
+func (s *Stack) command(c string) (*exec.Cmd, ready, error) {
 	d := s.opts.Dir
 	env := append(os.Environ(), "KUBECONFIG="+s.Env.Kubeconfig, "REFLECTOR_LISTEN_HOST=127.0.0.1")
 	switch c {
 	case Registry:
 		cfg := filepath.Join(d, "registry", "config.yml")
 		if err := os.WriteFile(cfg, []byte(s.registryConfig()), 0o600); err != nil {
-			return nil, "", err
+			return nil, nil, err
 		}
-		return exec.Command("docker-registry", "serve", cfg), "http://" + s.Registry + "/v2/", nil
+		return exec.Command("docker-registry", "serve", cfg), answers("http://" + s.Registry + "/v2/"), nil
 	case Scan:
 		cmd := exec.Command(filepath.Join(s.bins, "scan"))
 		cmd.Env = append(env, "PORT="+strconv.Itoa(s.opts.Ports.Scan),
 			"REFLECTOR_CLOUDEVENTS_PORT="+strconv.Itoa(s.opts.Ports.ScanEvents),
 			"REFLECTOR_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(s.opts.Ports.ScanMetrics),
 			"REFLECTOR_STORE_DIR="+filepath.Join(d, "store"), "K_SINK="+s.PolicyURL)
-		return cmd, s.ScanURL + "/healthz", nil
+		return cmd, answers(s.ScanURL + "/healthz"), nil
 	case Policy:
 		cmd := exec.Command(filepath.Join(s.bins, "policy"))
 		cmd.Env = append(env, "PORT="+strconv.Itoa(s.opts.Ports.Policy),
 			"REFLECTOR_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(s.opts.Ports.PolicyMetrics),
 			"REFLECTOR_STORE_DIR="+filepath.Join(d, "store"))
-		return cmd, s.PolicyURL + "/healthz", nil
+		return cmd, answers(s.PolicyURL + "/healthz"), nil
 	case Cron:
 		cmd := exec.Command(filepath.Join(s.bins, "cron"), "--every="+s.opts.CronEvery.String(),
 			"--spread="+(s.opts.CronEvery/4).String(), "--scan-url="+s.ScanEventsURL, "--policy-url="+s.PolicyURL,
 			"--store-dir="+filepath.Join(d, "store"),
 			"--metrics-addr=127.0.0.1:"+strconv.Itoa(s.opts.Ports.CronMetrics))
 		cmd.Env = env
-		return cmd, "", nil
+		return cmd, nil, nil
 	case SourceScan:
-		return s.adapter(env, c, s.ScanEventsURL, "imagerepositories", s.opts.Ports.SourceScanProfiling), "", nil
+		return s.adapter(env, c, s.ScanEventsURL, "imagerepositories", s.opts.Ports.SourceScanProfiling), logs(s.Log(c), adapterReady), nil
 	case SourcePolicy:
-		return s.adapter(env, c, s.PolicyURL, "imagepolicies", s.opts.Ports.SourcePolicyProfiling), "", nil
+		return s.adapter(env, c, s.PolicyURL, "imagepolicies", s.opts.Ports.SourcePolicyProfiling), logs(s.Log(c), adapterReady), nil
 	}
-	return nil, "", fmt.Errorf("unknown component %q", c)
+	return nil, nil, fmt.Errorf("unknown component %q", c)
 }
 
 // adapter returns the command of an ApiServerSource receive adapter that sends the add, update
 // and delete events of one resource of image.toolkit.fluxcd.io/v1 in every namespace to sink,
 // configured as Knative's ApiServerSource controller configures the adapter's Deployment for the
-// ApiServerSource in knative/eventing.yaml (Resource mode, all namespaces). It has no readiness
-// endpoint: its informers list every existing object before they watch, and it sends an add
-// event for each, so an object created before it watches is not missed.
+// ApiServerSource in knative/eventing.yaml (Resource mode, all namespaces). The adapter sends
+// nothing for the objects its first list finds, only for changes it watches after that, and it
+// has no readiness endpoint: client-go's log line that the list is done (klog verbosity 2) is
+// its readiness, so that Start returns only once a change cannot be missed.
 func (s *Stack) adapter(env []string, name, sink, resource string, profilingPort int) *exec.Cmd {
 	cfg := fmt.Sprintf(`{"allNamespaces":true,"mode":"Resource","resources":[{"gvr":{"Group":"image.toolkit.fluxcd.io","Version":"v1","Resource":%q}}]}`, resource)
 	cmd := exec.Command(AdapterBinary(), "--kubeconfig="+s.Env.Kubeconfig)
 	cmd.Env = append(env, "K_SINK="+sink, "K_SOURCE_CONFIG="+cfg,
 		"NAME=reflector-objects", "NAMESPACE=reflector-system", "SYSTEM_NAMESPACE=knative-eventing",
-		"POD_NAME="+name, "K_COMPONENT=apiserversource",
+		"POD_NAME="+name, "K_COMPONENT=apiserversource", "K_KLOG_VERBOSITY=2",
 		"PROFILING_PORT="+strconv.Itoa(profilingPort))
 	return cmd
 }
@@ -315,10 +360,10 @@ notifications:
 }
 
 // withEnv returns command's result with Options.Env of c added.
-func (s *Stack) withEnv(c string) (*exec.Cmd, string, error) {
+func (s *Stack) withEnv(c string) (*exec.Cmd, ready, error) {
 	cmd, ready, err := s.command(c)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	if extra := s.opts.Env[c]; len(extra) > 0 {
 		if cmd.Env == nil {
@@ -363,18 +408,17 @@ func (s *Stack) start(ctx context.Context, c string) error {
 	if err != nil {
 		return fmt.Errorf("starting %s: %w", c, err)
 	}
-	logPath := s.Log(c)
-	if ready == "" {
+	if ready == nil {
 		return nil
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(ready)
+	for {
+		err := ready()
 		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode < 500 {
-				return nil
-			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s was not ready within 30s (%v); its log is %s", c, err, s.Log(c))
 		}
 		select {
 		case <-ctx.Done():
@@ -382,7 +426,6 @@ func (s *Stack) start(ctx context.Context, c string) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("%s did not answer %s within 30s; its log is %s", c, ready, logPath)
 }
 
 // Kill stops a component with sig (SIGTERM for a clean stop, SIGKILL for a crash) and waits

@@ -96,16 +96,16 @@ func (s *Stack) Status(c string) Status {
 	return st
 }
 
-// spawn starts a process of component c and has it supervised; it returns the URL that answers
-// once the process is ready, if c has one. The caller holds s.mu.
-func (s *Stack) spawn(c string) (*proc, string, error) {
+// spawn starts a process of component c and has it supervised; it returns how to tell that
+// the process is ready, if c has a way. The caller holds s.mu.
+func (s *Stack) spawn(c string) (*proc, ready, error) {
 	cmd, ready, err := s.withEnv(c)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	logFile, err := os.OpenFile(s.Log(c), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	defer logFile.Close()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -113,7 +113,7 @@ func (s *Stack) spawn(c string) (*proc, string, error) {
 	// processes in order, rather than every process at once, each exit seen as a crash.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	p := &proc{cmd: cmd, started: time.Now(), exited: make(chan struct{})}
 	comp := s.comps[c]

@@ -1,0 +1,111 @@
+package stack_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/imagereflector/reflector/internal/stack"
+	"github.com/imagereflector/reflector/internal/store"
+	"github.com/imagereflector/reflector/internal/testenv"
+)
+
+const objectManifests = `apiVersion: image.toolkit.fluxcd.io/v1
+kind: ImageRepository
+metadata:
+  name: objects
+spec:
+  image: %[1]s
+  interval: 1h
+  insecure: true
+---
+apiVersion: image.toolkit.fluxcd.io/v1
+kind: ImagePolicy
+metadata:
+  name: objects
+spec:
+  imageRepositoryRef:
+    name: objects
+  policy:
+    semver:
+      range: ^1.x
+`
+
+// TestObjectEventsIntegration checks that changes to the objects themselves reach the
+// functions through Knative's ApiServerSource receive adapter, as on Knative: a spec edit of an
+// ImagePolicy, a spec edit of an ImageRepository, and a delete. The cron reconciler's period is
+// an hour and the objects' interval too, so nothing else can explain the outcomes.
+func TestObjectEventsIntegration(t *testing.T) {
+	ctx := context.Background()
+	s := start(t, stack.Options{CronEvery: time.Hour})
+	image := s.Registry + "/objects/app"
+	for _, tag := range []string{"1.0.0", "1.1.0", "2.0.0"} {
+		if _, err := stack.Push(image + ":" + tag); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(objectManifests, image))); err != nil {
+		t.Fatal(err)
+	}
+	waitLatest(t, s, "objects", "1.1.0")
+
+	timed := func(what string, check func() error) {
+		t.Helper()
+		start := time.Now()
+		testenv.Eventually(t, 20*time.Second, check)
+		t.Logf("%s: %s", what, time.Since(start).Round(time.Millisecond))
+	}
+
+	t.Run("an ImagePolicy's new range", func(t *testing.T) {
+		if _, err := s.Kube.Policies.Patch(ctx, "default", "objects", types.MergePatchType,
+			[]byte(`{"spec":{"policy":{"semver":{"range":">=2.0.0"}}}}`)); err != nil {
+			t.Fatal(err)
+		}
+		timed("policy edit to latestRef", func() error {
+			p, err := s.Kube.Policies.Get(ctx, "default", "objects")
+			if err != nil {
+				return err
+			}
+			if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != "2.0.0" {
+				return fmt.Errorf("latestRef %v, want 2.0.0", p.Status.LatestRef)
+			}
+			return nil
+		})
+	})
+
+	t.Run("an ImageRepository's new exclusion list", func(t *testing.T) {
+		if _, err := s.Kube.Repositories.Patch(ctx, "default", "objects", types.MergePatchType,
+			[]byte(`{"spec":{"exclusionList":["^2\\."]}}`)); err != nil {
+			t.Fatal(err)
+		}
+		timed("repository edit to a new scan", func() error {
+			r, err := s.Kube.Repositories.Get(ctx, "default", "objects")
+			if err != nil {
+				return err
+			}
+			if r.Status.ObservedGeneration != r.Generation || r.Status.LastScanResult == nil || r.Status.LastScanResult.TagCount != 2 {
+				return fmt.Errorf("observed generation %d of %d, last scan %+v; want 2 tags", r.Status.ObservedGeneration, r.Generation, r.Status.LastScanResult)
+			}
+			return nil
+		})
+	})
+
+	t.Run("a deleted ImageRepository", func(t *testing.T) {
+		if err := s.Kube.Repositories.Delete(ctx, "default", "objects"); err != nil {
+			t.Fatal(err)
+		}
+		st := store.New(s.StoreDir(), store.ReadOnly())
+		defer st.Close()
+		timed("delete to store entry gone", func() error {
+			keys, err := st.Keys(ctx)
+			if err == nil && slices.Contains(keys, "default/objects") {
+				err = fmt.Errorf("the store still holds default/objects: %v; logs in %s", keys, s.Log(stack.Scan))
+			}
+			return err
+		})
+	})
+}
