@@ -11,6 +11,7 @@ import (
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
@@ -207,6 +208,23 @@ func (r *Receiver) apiServerEvent(ctx context.Context, e cloudevents.Event) (res
 	why := reconcile.RepositoryDue(repo, reconcile.Window{Now: r.cfg.now()})
 	if why == "" {
 		return result{message: fmt.Sprintf("%s/%s is not due", repo.Namespace, repo.Name)}, nil
+	}
+	// The event carries the object as it was when it changed. A scan since may have handled
+	// that change already: the webhook's own scan after it set the reconcile annotation, most
+	// often, whose annotation is this very event. The object as it is now decides; one read
+	// instead of a second scan of the registry for every push.
+	now, err := r.kube.Repositories.Get(ctx, repo.Namespace, repo.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return result{message: fmt.Sprintf("%s/%s is gone", repo.Namespace, repo.Name)}, nil
+	case err != nil:
+		return result{message: "not scanned"}, fmt.Errorf("reading ImageRepository %s/%s: %w", repo.Namespace, repo.Name, err)
+	}
+	if now.UID != repo.UID {
+		return result{message: fmt.Sprintf("%s/%s was replaced", repo.Namespace, repo.Name)}, nil
+	}
+	if why = reconcile.RepositoryDue(now, reconcile.Window{Now: r.cfg.now()}); why == "" {
+		return result{message: fmt.Sprintf("%s/%s is not due: handled since", repo.Namespace, repo.Name)}, nil
 	}
 	return r.scanNow(ctx, repo.Namespace, repo.Name, why)
 }

@@ -116,6 +116,14 @@ func TestCloudEventIntegration(t *testing.T) {
 	if f.tagListings("") != listings+1 || f.get(t, ns, "source").Status.LastHandledReconcileAt != "2030-01-01T00:00:00Z" {
 		t.Error("a requested reconcile announced by ApiServerSource was not scanned")
 	}
+	// The same event again, as the adapter delivers it when the webhook that set the annotation
+	// has had it scanned already: the object as it is now is not due, so no second listing.
+	if code, body := f.postEvent(t, false, events.TypeAPIServerUpdate, "update-3", withTypeMeta(mustJSON(t, annotated))); code != http.StatusAccepted {
+		t.Fatalf("stale annotated update: %d %s", code, body)
+	}
+	if got := f.tagListings(""); got != listings+1 {
+		t.Errorf("an annotation handled since its event was sent was scanned again: %d listings, want %d", got, listings+1)
+	}
 
 	// A delete takes the repository's tags out of the store.
 	storeKey := reconcile.StoreKey(ns, "source")

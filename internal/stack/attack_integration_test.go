@@ -36,6 +36,8 @@ const (
 	brokerNamespace = "reflector-system"
 	scanAudience    = "reflector-scan"
 	policyAudience  = "reflector-policy"
+	// sourceAccount is the ServiceAccount of the ApiServerSource adapters, in brokerNamespace.
+	sourceAccount = "reflector-source"
 )
 
 // attackStack is the whole system with sender authentication on, as the oidc component of
@@ -66,10 +68,16 @@ func startAttackStack(t *testing.T) *attackStack {
 			stack.Scan:   append(oidc(scanAudience), "REFLECTOR_WEBHOOK_RATE=10000", "REFLECTOR_WEBHOOK_BURST=10000"),
 			stack.Policy: oidc(policyAudience),
 			stack.Cron:   {"K_SINK_TOKEN_FILE=" + tokenFile},
+			// Knative's adapter asks the apiserver's TokenRequest for a token of its
+			// ServiceAccount for the audience, as the ApiServerSource controller configures it
+			// when the sink has an audience.
+			stack.SourceScan:   {"K_AUDIENCE=" + scanAudience, "K_OIDC_SERVICE_ACCOUNT=" + sourceAccount},
+			stack.SourcePolicy: {"K_AUDIENCE=" + policyAudience, "K_OIDC_SERVICE_ACCOUNT=" + sourceAccount},
 		},
 	})
 	a := &attackStack{Stack: s, tokenFile: tokenFile}
 	a.token = a.serviceAccountToken(t, brokerNamespace, "broker", scanAudience, policyAudience)
+	a.serviceAccountToken(t, brokerNamespace, sourceAccount, scanAudience) // creates the adapter's ServiceAccount
 	if err := os.WriteFile(tokenFile, []byte(a.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -274,6 +282,21 @@ func TestAttacksIntegration(t *testing.T) {
 		if code != http.StatusOK || !strings.Contains(body, "1.0.0") {
 			t.Errorf("POST /evaluate with the broker's token: %d %s", code, body)
 		}
+	})
+
+	t.Run("Knative's adapter proves itself with its ServiceAccount's token", func(t *testing.T) {
+		token := time.Now().Format(time.RFC3339Nano)
+		if _, err := a.Kube.Repositories.RequestReconcile(ctx, "default", "app", token); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 30*time.Second, func() error {
+			r, err := a.Kube.Repositories.Get(ctx, "default", "app")
+			if err == nil && r.Status.LastHandledReconcileAt != token {
+				err = fmt.Errorf("lastHandledReconcileAt %q, want %q; logs in %s", r.Status.LastHandledReconcileAt, token, a.Log(stack.SourceScan))
+			}
+			return err
+		})
+		before = a.snapshot(t)
 	})
 
 	t.Run("bodies are capped before decoding", func(t *testing.T) {
