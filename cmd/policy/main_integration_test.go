@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/function"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -76,7 +77,9 @@ func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 	t.Setenv("K_SINK", "")
 	logs := &bytes.Buffer{}
 	ran := make(chan error, 1)
-	go func() { ran <- run(20*time.Second, slog.New(slog.NewJSONHandler(logs, nil))) }()
+	go func() {
+		ran <- run(function.Timeouts{Drain: 20 * time.Second}, slog.New(slog.NewJSONHandler(logs, nil)))
+	}()
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
 	testenv.Eventually(t, 10*time.Second, func() error {
 		resp, err := http.Get(url + "/healthz")
