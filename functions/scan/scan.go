@@ -32,7 +32,6 @@ package scan
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -71,29 +70,17 @@ func init() {
 }
 
 // Open builds the scan function from the environment, as cmd/scan and a functions-framework-go
-// host serve it. Its Close waits for the background scans until its context ends, then cancels
-// them (the cron reconciler completes them), and closes the recorder and the tag store. log nil
-// means slog.Default().
+// host serve it; its Close is Handler.Shutdown. log nil means slog.Default().
 func Open(log *slog.Logger) (*function.Function, error) {
 	d, err := FromEnv()
 	if err != nil {
 		return nil, err
 	}
-	if log == nil {
-		log = slog.Default()
-	}
 	d.Log = log
 	h := NewHandler(d)
 	return &function.Function{
 		Handlers: map[string]http.Handler{WebhookTarget: h.Webhooks(), ScanTarget: h.CloudEvents()},
-		Close: func(ctx context.Context) error {
-			err := h.Shutdown(ctx)
-			if errors.Is(err, context.DeadlineExceeded) {
-				log.Warn("background scans cut short; the cron reconciler completes them", "error", err.Error())
-				return nil
-			}
-			return err
-		},
+		Close:    h.Shutdown,
 	}, nil
 }
 
@@ -156,6 +143,7 @@ func FromEnv() (*Deps, error) {
 // Handler holds the scan function's two surfaces over one receiver.
 type Handler struct {
 	deps     *Deps
+	log      *slog.Logger
 	receiver *receiver.Receiver
 }
 
@@ -173,7 +161,7 @@ func NewHandler(d *Deps) *Handler {
 		scanner.Sink = d.Sink
 	}
 	opts := append([]receiver.Option{receiver.WithLogger(log)}, d.Receiver...)
-	return &Handler{deps: d, receiver: receiver.New(d.Kube, scanner, opts...)}
+	return &Handler{deps: d, log: log, receiver: receiver.New(d.Kube, scanner, opts...)}
 }
 
 // Webhooks returns the public surface, the one registries reach:
@@ -205,10 +193,13 @@ func (h *Handler) CloudEvents() http.Handler {
 	return mux
 }
 
-// Shutdown waits for the background scans until ctx ends (then cancels them), and closes the
-// recorder and the tag store. Call it after the server has stopped taking requests.
+// Shutdown waits for the background scans until ctx ends, then cancels them with a warning
+// (their annotations remain, and the cron reconciler completes them), and closes the recorder
+// and the tag store. Call it after the server has stopped taking requests.
 func (h *Handler) Shutdown(ctx context.Context) error {
-	err := h.receiver.Shutdown(ctx)
+	if err := h.receiver.Shutdown(ctx); err != nil {
+		h.log.Warn("background scans cut short; the cron reconciler completes them", "error", err.Error())
+	}
 	h.deps.Recorder.Shutdown()
-	return errors.Join(err, h.deps.Store.Close())
+	return h.deps.Store.Close()
 }
