@@ -1,14 +1,14 @@
 // Command cron is reflector's reconcile fallback. Each pass lists every ImageRepository and
 // ImagePolicy, decides what is due (never scanned, interval elapsed, edited, `flux reconcile`
 // requested, digest refresh, retry after failure, deleted but held by the finalizer of Flux's
-// controller) and sends it to the scan and policy functions as CloudEvents. With --once it runs one pass, as a Kubernetes CronJob does; otherwise it loops
-// every --every.
+// controller) and sends it to the scan and policy functions as CloudEvents. With --once it runs one pass, as a
+// Kubernetes CronJob does; otherwise it loops every --every.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -24,97 +24,126 @@ import (
 	"github.com/imagereflector/reflector/internal/trace"
 )
 
-func main() {
-	var (
-		once        = flag.Bool("once", false, "run one pass and exit (for a CronJob)")
-		every       = flag.Duration("every", time.Minute, "time between passes; also the window each pass answers for")
-		scanURL     = flag.String("scan-url", "", "where scan requests go (default $K_SINK)")
-		policyURL   = flag.String("policy-url", "", "where policy requests go (default $K_SINK)")
-		kubeconfig  = flag.String("kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config or in-cluster)")
-		concurrency = flag.Int("concurrency", 8, "dispatches under way at once")
-		spread      = flag.Duration("spread", 20*time.Second, "window over which dispatches are spread")
-		pageSize    = flag.Int64("page-size", kube.DefaultPageSize, "objects per list call")
-		timeout     = flag.Duration("timeout", 50*time.Second, "deadline of one pass")
-		storeDir    = flag.String("store-dir", os.Getenv("REFLECTOR_STORE_DIR"), "Badger tag store whose entries of deleted ImageRepositories each pass removes (default $REFLECTOR_STORE_DIR; none when empty)")
-		metricsAddr = flag.String("metrics-addr", ":"+function.DefaultMetricsPort, "where the loop serves /metrics (none when empty; --once never serves)")
-	)
-	flag.Parse()
+// config is what the command's flags and environment set.
+type config struct {
+	once        bool
+	every       time.Duration
+	scanURL     string
+	policyURL   string
+	kubeconfig  string
+	concurrency int
+	spread      time.Duration
+	pageSize    int64
+	timeout     time.Duration
+	storeDir    string
+	metricsAddr string
+}
+
+// parseFlags parses the command line args (without the program name) into a config, reading
+// $K_SINK and $REFLECTOR_STORE_DIR through getenv. As with the flag package's own command line,
+// a bad flag is reported on stderr with the usage.
+func parseFlags(args []string, getenv func(string) string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("cron", flag.ContinueOnError)
+	fs.BoolVar(&c.once, "once", false, "run one pass and exit (for a CronJob)")
+	fs.DurationVar(&c.every, "every", time.Minute, "time between passes; also the window each pass answers for")
+	fs.StringVar(&c.scanURL, "scan-url", "", "where scan requests go (default $K_SINK)")
+	fs.StringVar(&c.policyURL, "policy-url", "", "where policy requests go (default $K_SINK)")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config or in-cluster)")
+	fs.IntVar(&c.concurrency, "concurrency", 8, "dispatches under way at once")
+	fs.DurationVar(&c.spread, "spread", 20*time.Second, "window over which dispatches are spread")
+	fs.Int64Var(&c.pageSize, "page-size", kube.DefaultPageSize, "objects per list call")
+	fs.DurationVar(&c.timeout, "timeout", 50*time.Second, "deadline of one pass")
+	fs.StringVar(&c.storeDir, "store-dir", getenv("REFLECTOR_STORE_DIR"), "Badger tag store whose entries of deleted ImageRepositories each pass removes (default $REFLECTOR_STORE_DIR; none when empty)")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", ":"+function.DefaultMetricsPort, "where the loop serves /metrics (none when empty; --once never serves)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
 	// $K_SINK is read after parsing, not given as the flags' default, because usage messages
 	// print defaults and a sink URL may carry credentials.
-	for _, u := range []*string{scanURL, policyURL} {
+	for _, u := range []*string{&c.scanURL, &c.policyURL} {
 		if *u == "" {
-			*u = os.Getenv("K_SINK")
+			*u = getenv("K_SINK")
 		}
+	}
+	return c, nil
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	} else if err != nil {
+		os.Exit(2)
 	}
 	log := slog.New(redact.Handler(trace.Handler(slog.NewJSONHandler(os.Stderr, nil))))
 	slog.SetDefault(log)
-	if !*once && *metricsAddr != "" {
-		ms, err := function.ServeMetrics(*metricsAddr, log)
+	if !cfg.once && cfg.metricsAddr != "" {
+		ms, err := function.ServeMetrics(cfg.metricsAddr, log)
 		if err != nil {
 			log.Error("cron failed", "error", err)
 			os.Exit(1)
 		}
 		defer ms.Close()
 	}
-	if err := run(*once, *every, *scanURL, *policyURL, *kubeconfig, *storeDir, *concurrency, *spread, *pageSize, *timeout, log); err != nil {
+	if err := run(cfg, log); err != nil {
 		log.Error("cron failed", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run(once bool, every time.Duration, scanURL, policyURL, kubeconfig, storeDir string, concurrency int,
-	spread time.Duration, pageSize int64, timeout time.Duration, log *slog.Logger) error {
-	if scanURL == "" || policyURL == "" {
-		return fmt.Errorf("--scan-url and --policy-url (or K_SINK) are required")
+func run(cfg config, log *slog.Logger) error {
+	if cfg.scanURL == "" || cfg.policyURL == "" {
+		return errors.New("--scan-url and --policy-url (or K_SINK) are required")
 	}
-	cfg, err := kube.Config(kubeconfig)
+	kcfg, err := kube.Config(cfg.kubeconfig)
 	if err != nil {
 		return err
 	}
-	c, err := kube.New(cfg)
+	c, err := kube.New(kcfg)
 	if err != nil {
 		return err
 	}
-	scan, err := events.NewSender(scanURL, events.SourceCron, nil)
+	scan, err := events.NewSender(cfg.scanURL, events.SourceCron, nil)
 	if err != nil {
 		return err
 	}
-	policy, err := events.NewSender(policyURL, events.SourceCron, nil)
+	policy, err := events.NewSender(cfg.policyURL, events.SourceCron, nil)
 	if err != nil {
 		return err
 	}
 	pass := &reconcile.Pass{
 		Kube: c, Scan: scan, Policy: policy,
-		Period: every, Spread: min(spread, every), Concurrency: concurrency, PageSize: pageSize, Log: log,
+		Period: cfg.every, Spread: min(cfg.spread, cfg.every), Concurrency: cfg.concurrency, PageSize: cfg.pageSize, Log: log,
 	}
-	if storeDir != "" {
+	if cfg.storeDir != "" {
 		// The lease holds the store only while a pass cleans it, so the functions keep it the
 		// rest of the time.
-		st := store.New(storeDir, store.WithLogger(log))
+		st := store.New(cfg.storeDir, store.WithLogger(log))
 		defer st.Close()
 		pass.Store = st
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	for {
-		pctx, cancel := context.WithTimeout(ctx, timeout)
+		pctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 		sum, err := pass.Run(pctx)
 		cancel()
 		if err != nil {
-			if once {
+			if cfg.once {
 				return err
 			}
 			log.Error("pass failed", "error", err)
 		} else {
 			log.Info("pass", "summary", sum)
 		}
-		if once {
+		if cfg.once {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(every):
+		case <-time.After(cfg.every):
 		}
 	}
 }

@@ -1,16 +1,15 @@
 // Command policy serves the policy function (functions/policy) on $PORT (default 8080),
 // configured from the environment as that package describes. It runs its own http.Server
-// rather than functions-framework-go's Start, which has no graceful shutdown: on SIGTERM this
-// one stops accepting requests, lets those in flight finish, and then closes the recorder and
-// the tag store, so the next process needs no log replay.
+// rather than functions-framework-go's Start, so that on SIGTERM it stops accepting connections
+// at once (function.Serve); then it lets the requests in flight finish and closes the recorder
+// and the tag store, so the next process needs no log replay: the steps a
+// functions-framework-go host takes through function.Host.
 package main
 
 import (
-	"context"
 	"flag"
 	"log/slog"
 	"os"
-	"time"
 
 	"github.com/imagereflector/reflector/functions/policy"
 	"github.com/imagereflector/reflector/internal/function"
@@ -19,22 +18,21 @@ import (
 )
 
 func main() {
-	drain := flag.Duration("drain", 20*time.Second, "how long in-flight requests may take after SIGTERM")
+	t := function.DefaultTimeouts
+	flag.DurationVar(&t.Drain, "drain", t.Drain, "how long in-flight requests may take after SIGTERM")
 	flag.Parse()
 	log := slog.New(redact.Handler(trace.Handler(slog.NewJSONHandler(os.Stderr, nil))))
 	slog.SetDefault(log)
-	if err := run(*drain, log); err != nil {
+	if err := run(t, log); err != nil {
 		log.Error("policy function failed", "error", err.Error())
 		os.Exit(1)
 	}
 }
 
-func run(drain time.Duration, log *slog.Logger) error {
-	deps, err := policy.FromEnv()
+func run(t function.Timeouts, log *slog.Logger) error {
+	fn, err := policy.Open(log)
 	if err != nil {
 		return err
 	}
-	deps.Log = log
-	h := policy.NewHandler(deps)
-	return function.Serve([]function.Listener{{Name: "policy", Addr: function.PortAddr(function.Port()), Handler: h}}, drain, func(context.Context) error { return h.Close() }, log)
+	return function.Serve([]function.Listener{{Name: "policy", Addr: function.PortAddr(function.Port()), Handler: fn.Handlers[policy.Target]}}, t, fn.Close, log)
 }

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/function"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -74,9 +78,11 @@ func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 	t.Setenv("KUBECONFIG", env.Kubeconfig)
 	t.Setenv("REFLECTOR_STORE_DIR", dir)
 	t.Setenv("K_SINK", "")
-	logs := &bytes.Buffer{}
+	logs := &syncBuffer{}
 	ran := make(chan error, 1)
-	go func() { ran <- run(20*time.Second, slog.New(slog.NewJSONHandler(logs, nil))) }()
+	go func() {
+		ran <- run(function.Timeouts{Drain: 20 * time.Second}, slog.New(slog.NewJSONHandler(logs, nil)))
+	}()
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
 	testenv.Eventually(t, 10*time.Second, func() error {
 		resp, err := http.Get(url + "/healthz")
@@ -93,8 +99,13 @@ func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 		err  error
 	}
 	answered := make(chan answer, 1)
+	sent := make(chan struct{})
 	go func() {
-		resp, err := http.Post(url+"/evaluate?namespace="+ns+"&name=app", "", nil)
+		req, _ := http.NewRequest(http.MethodPost, url+"/evaluate?namespace="+ns+"&name=app", nil)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			WroteRequest: func(httptrace.WroteRequestInfo) { close(sent) },
+		}))
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			answered <- answer{err: err}
 			return
@@ -103,11 +114,17 @@ func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 		b, err := io.ReadAll(resp.Body)
 		answered <- answer{code: resp.StatusCode, body: b, err: err}
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// The evaluation waits for the store that db holds; SIGTERM arrives meanwhile.
+	<-sent
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if !bytes.Contains(logs.Bytes(), []byte(`"msg":"shutting down"`)) {
+			return errors.New("the function has not begun shutting down")
+		}
+		return nil
+	})
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +152,23 @@ func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 	if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != "1.1.0" {
 		t.Errorf("latestRef %+v", p.Status.LatestRef)
 	}
-	if !bytes.Contains(logs.Bytes(), []byte(`"msg":"shutting down"`)) {
-		t.Errorf("logs:\n%s", logs)
-	}
+}
+
+// syncBuffer is a bytes.Buffer that the function's log writes to while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// Bytes returns a copy of what was written so far.
+func (b *syncBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
 }

@@ -16,7 +16,8 @@
 //	    dev.knative.apiserver.resource.add|update   ApiServerSource: evaluate a new or changed policy
 //	    anything else                               202, ignored
 //
-// Its dependencies come from the environment on first use:
+// Open builds it from the environment, on the first request under functions-framework-go and
+// when cmd/policy starts:
 //
 //	KUBECONFIG            kubeconfig file; in-cluster configuration without it
 //	REFLECTOR_STORE_DIR   the Badger tag store directory, opened read-only (required)
@@ -32,6 +33,7 @@
 package policy
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -49,8 +51,29 @@ import (
 	"github.com/imagereflector/reflector/internal/trace"
 )
 
+// Target is the name under which the policy function registers with functions-framework-go,
+// and under which Open's Function holds its handler.
+const Target = "policy"
+
 func init() {
-	functions.HTTP("policy", function.Lazy("policy", build))
+	host := function.NewHost(Target, function.DefaultTimeouts, func() (*function.Function, error) { return Open(nil) })
+	functions.HTTP(Target, host.Handler(Target))
+}
+
+// Open builds the policy function from the environment, as cmd/policy and a
+// functions-framework-go host serve it. Its Close closes the recorder and the tag store. log nil
+// means slog.Default().
+func Open(log *slog.Logger) (*function.Function, error) {
+	d, err := FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	d.Log = log
+	h := NewHandler(d)
+	return &function.Function{
+		Handlers: map[string]http.Handler{Target: h},
+		Close:    func(context.Context) error { return h.Close() },
+	}, nil
 }
 
 // Deps are what the policy function works with.
@@ -176,16 +199,4 @@ func respond(w http.ResponseWriter, v any, err error) {
 	}
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(body)
-}
-
-// build makes the handler that functions-framework-go serves, from the environment.
-func build() (http.Handler, error) {
-	d, err := FromEnv()
-	if err != nil {
-		return nil, err
-	}
-	// functions-framework-go's server stops without draining; closing the store on SIGTERM
-	// is the most it allows.
-	store.CloseOnSignal(d.Store)
-	return NewHandler(d), nil
 }

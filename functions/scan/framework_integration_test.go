@@ -1,18 +1,24 @@
 package scan_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
+	"github.com/dgraph-io/badger/v4"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -22,32 +28,83 @@ import (
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
-// serveTarget serves the function registered as target the way a functions-framework host does
-// (FUNCTION_TARGET, funcframework.StartHostPort) and returns its base URL once it answers.
-func serveTarget(t *testing.T, target string) string {
+// hostPortEnv tells the test binary to be a functions-framework host on this port.
+const hostPortEnv = "REFLECTOR_TEST_FUNCFRAMEWORK_PORT"
+
+// TestFunctionsFrameworkHost is the process that TestFunctionsFrameworkIntegration starts: a
+// functions-framework host serving $FUNCTION_TARGET, as funcframework.Start does.
+func TestFunctionsFrameworkHost(t *testing.T) {
+	port := os.Getenv(hostPortEnv)
+	if port == "" {
+		t.Skip("the functions-framework host process of TestFunctionsFrameworkIntegration")
+	}
+	t.Fatal(funcframework.StartHostPort("127.0.0.1", port))
+}
+
+// host is a functions-framework host process serving one target.
+type host struct {
+	target string
+	url    string
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+}
+
+// startHost starts a process that serves the function registered as target the way a
+// functions-framework host does (FUNCTION_TARGET, funcframework.StartHostPort) with env added
+// to its environment, and returns it once it answers.
+func startHost(t *testing.T, target string, env ...string) *host {
 	t.Helper()
 	port, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The host reads FUNCTION_TARGET when it starts: wait for it before the next target.
-	t.Setenv("FUNCTION_TARGET", target)
-	go func() { _ = funcframework.StartHostPort("127.0.0.1", strconv.Itoa(port)) }()
-	url := "http://127.0.0.1:" + strconv.Itoa(port)
-	testenv.Eventually(t, 10*time.Second, func() error {
-		resp, err := http.Get(url + "/healthz")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFunctionsFrameworkHost$")
+	cmd.Env = append(os.Environ(), append(env, "FUNCTION_TARGET="+target, hostPortEnv+"="+strconv.Itoa(port))...)
+	h := &host{target: target, url: "http://127.0.0.1:" + strconv.Itoa(port), cmd: cmd, stderr: &bytes.Buffer{}}
+	cmd.Stdout, cmd.Stderr = h.stderr, h.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	testenv.Eventually(t, 30*time.Second, func() error {
+		resp, err := http.Get(h.url + "/healthz")
 		if err != nil {
 			return err
 		}
 		resp.Body.Close()
 		return nil
 	})
-	return url
+	return h
+}
+
+// stop sends the host SIGTERM and waits for it to exit by itself, with status 0.
+func (h *host) stop(t *testing.T) {
+	t.Helper()
+	if err := h.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- h.cmd.Wait() }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("%s after SIGTERM: %v, want exit status 0; output:\n%s", h.target, err, h.stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s still running 30s after SIGTERM; output:\n%s", h.target, h.stderr)
+	}
 }
 
 // TestFunctionsFrameworkIntegration: the registrations a functions-framework host serves are the
-// surfaces the images serve. "webhook" takes a registry webhook and nothing else; "scan" takes
-// the broker's CloudEvents. Both build their dependencies from the environment on first use.
+// surfaces the images serve, built from the environment on first use. "webhook" takes a registry
+// webhook and nothing else, and the push it reports gets scanned; "scan" takes the broker's
+// CloudEvents. On SIGTERM each host drains and closes the tag store and exits by itself, so a
+// read-only open of the store needs no log replay.
 func TestFunctionsFrameworkIntegration(t *testing.T) {
 	env := testenv.Kube(t)
 	c := env.Client(t)
@@ -67,12 +124,10 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("KUBECONFIG", env.Kubeconfig)
-	t.Setenv("REFLECTOR_STORE_DIR", t.TempDir())
-	t.Setenv("K_SINK", "")
-
-	webhook := serveTarget(t, "webhook")
-	scan := serveTarget(t, "scan")
+	dir := t.TempDir()
+	hostEnv := []string{"KUBECONFIG=" + env.Kubeconfig, "REFLECTOR_STORE_DIR=" + dir, "K_SINK="}
+	webhook := startHost(t, "webhook", hostEnv...)
+	scan := startHost(t, "scan", hostEnv...)
 
 	cloudEvent := func(url string) int {
 		req, _ := http.NewRequest(http.MethodPost, url+"/", strings.NewReader(fmt.Sprintf(`{"namespace":%q,"name":"app"}`, ns)))
@@ -86,25 +141,30 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if code := cloudEvent(webhook); code != http.StatusNotFound {
+	scanned := func(tag string) {
+		t.Helper()
+		testenv.Eventually(t, 20*time.Second, func() error {
+			r, err := c.Repositories.Get(ctx, ns, "app")
+			if err != nil {
+				return err
+			}
+			if r.Status.LastScanResult == nil || !slices.Contains(r.Status.LastScanResult.LatestTags, tag) {
+				return fmt.Errorf("%s not scanned: %+v", tag, r.Status)
+			}
+			return nil
+		})
+	}
+	if code := cloudEvent(webhook.url); code != http.StatusNotFound {
 		t.Errorf("a CloudEvent to the webhook target: %d, want 404", code)
 	}
-	if code := cloudEvent(scan); code != http.StatusAccepted {
+	if code := cloudEvent(scan.url); code != http.StatusAccepted {
 		t.Fatalf("a CloudEvent to the scan target: %d, want 202", code)
 	}
-	testenv.Eventually(t, 10*time.Second, func() error {
-		r, err := c.Repositories.Get(ctx, ns, "app")
-		if err != nil {
-			return err
-		}
-		if r.Status.LastScanResult == nil || r.Status.LastScanResult.TagCount != 1 {
-			return fmt.Errorf("not scanned: %+v", r.Status)
-		}
-		return nil
-	})
+	scanned("1.0.0")
 
-	body := fmt.Sprintf(`{"image":%q,"tag":"1.0.0"}`, reg.Image("ff/app"))
-	req, _ := http.NewRequest(http.MethodPost, webhook+"/hook/generic/"+ns, strings.NewReader(body))
+	reg.Push(t, "ff/app", "1.1.0")
+	body := fmt.Sprintf(`{"image":%q,"tag":"1.1.0"}`, reg.Image("ff/app"))
+	req, _ := http.NewRequest(http.MethodPost, webhook.url+"/hook/generic/"+ns, strings.NewReader(body))
 	req.Header.Set("X-Signature", "sha256="+hmacHex(token, body))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -112,8 +172,22 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
-		t.Errorf("a signed webhook to the webhook target: %s, want 202", resp.Status)
+		t.Fatalf("a signed webhook to the webhook target: %s, want 202", resp.Status)
 	}
+	scanned("1.1.0")
+
+	webhook.stop(t)
+	scan.stop(t)
+	for _, h := range []*host{webhook, scan} {
+		if !strings.Contains(h.stderr.String(), "shutting down") {
+			t.Errorf("%s did not say it shuts down:\n%s", h.target, h.stderr)
+		}
+	}
+	db, err := badger.Open(badger.DefaultOptions(dir).WithReadOnly(true).WithLogger(nil))
+	if err != nil {
+		t.Fatalf("read-only open after SIGTERM: %v", err)
+	}
+	db.Close()
 }
 
 // hmacHex is the hex HMAC-SHA256 of body under key, as the generic provider signs.

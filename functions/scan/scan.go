@@ -6,8 +6,8 @@
 // reach (/hook/... and /healthz, nothing else), and CloudEvents, the cluster-local one that the
 // broker delivers to (scan requests, ApiServerSource events, registry CloudEvents), which checks
 // the sender's token when REFLECTOR_OIDC_AUDIENCE is set. It registers them with
-// functions-framework-go as the functions "webhook" and "scan". Its dependencies come from the
-// environment on first use:
+// functions-framework-go as the functions "webhook" and "scan", which Open builds from the
+// environment on first use, as cmd/scan does when it starts:
 //
 //	KUBECONFIG                      kubeconfig file; in-cluster configuration without it
 //	REFLECTOR_STORE_DIR             the Badger tag store directory (required)
@@ -32,14 +32,12 @@ package scan
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"golang.org/x/time/rate"
@@ -54,41 +52,36 @@ import (
 	"github.com/imagereflector/reflector/internal/tokenreview"
 )
 
-func init() {
-	functions.HTTP("webhook", function.Lazy("webhook", func() (http.Handler, error) {
-		h, err := shared()
-		if err != nil {
-			return nil, err
-		}
-		return h.Webhooks(), nil
-	}))
-	functions.HTTP("scan", function.Lazy("scan", func() (http.Handler, error) {
-		h, err := shared()
-		if err != nil {
-			return nil, err
-		}
-		return h.CloudEvents(), nil
-	}))
-}
-
-var (
-	sharedMu      sync.Mutex
-	sharedHandler *Handler
+// The names under which the scan function registers its surfaces with functions-framework-go,
+// and under which Open's Function holds them.
+const (
+	// WebhookTarget is the public surface, Handler.Webhooks.
+	WebhookTarget = "webhook"
+	// ScanTarget is the cluster-local surface, Handler.CloudEvents.
+	ScanTarget = "scan"
 )
 
-// shared returns the Handler that both registrations serve, building it on first success: a
-// host that serves both functions (no FUNCTION_TARGET) keeps one receiver and one store.
-func shared() (*Handler, error) {
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if sharedHandler == nil {
-		h, err := build()
-		if err != nil {
-			return nil, err
-		}
-		sharedHandler = h
+func init() {
+	// One Host for both: a host that serves both functions (no FUNCTION_TARGET) keeps one
+	// receiver and one store.
+	host := function.NewHost("scan", function.DefaultTimeouts, func() (*function.Function, error) { return Open(nil) })
+	functions.HTTP(WebhookTarget, host.Handler(WebhookTarget))
+	functions.HTTP(ScanTarget, host.Handler(ScanTarget))
+}
+
+// Open builds the scan function from the environment, as cmd/scan and a functions-framework-go
+// host serve it; its Close is Handler.Shutdown. log nil means slog.Default().
+func Open(log *slog.Logger) (*function.Function, error) {
+	d, err := FromEnv()
+	if err != nil {
+		return nil, err
 	}
-	return sharedHandler, nil
+	d.Log = log
+	h := NewHandler(d)
+	return &function.Function{
+		Handlers: map[string]http.Handler{WebhookTarget: h.Webhooks(), ScanTarget: h.CloudEvents()},
+		Close:    h.Shutdown,
+	}, nil
 }
 
 // Deps are what the scan function works with.
@@ -150,6 +143,7 @@ func FromEnv() (*Deps, error) {
 // Handler holds the scan function's two surfaces over one receiver.
 type Handler struct {
 	deps     *Deps
+	log      *slog.Logger
 	receiver *receiver.Receiver
 }
 
@@ -167,7 +161,7 @@ func NewHandler(d *Deps) *Handler {
 		scanner.Sink = d.Sink
 	}
 	opts := append([]receiver.Option{receiver.WithLogger(log)}, d.Receiver...)
-	return &Handler{deps: d, receiver: receiver.New(d.Kube, scanner, opts...)}
+	return &Handler{deps: d, log: log, receiver: receiver.New(d.Kube, scanner, opts...)}
 }
 
 // Webhooks returns the public surface, the one registries reach:
@@ -199,22 +193,13 @@ func (h *Handler) CloudEvents() http.Handler {
 	return mux
 }
 
-// Shutdown waits for the background scans until ctx ends (then cancels them), and closes the
-// recorder and the tag store. Call it after the server has stopped taking requests.
+// Shutdown waits for the background scans until ctx ends, then cancels them with a warning
+// (their annotations remain, and the cron reconciler completes them), and closes the recorder
+// and the tag store. Call it after the server has stopped taking requests.
 func (h *Handler) Shutdown(ctx context.Context) error {
-	err := h.receiver.Shutdown(ctx)
-	h.deps.Recorder.Shutdown()
-	return errors.Join(err, h.deps.Store.Close())
-}
-
-// build makes the handler whose surfaces functions-framework-go serves, from the environment.
-func build() (*Handler, error) {
-	d, err := FromEnv()
-	if err != nil {
-		return nil, err
+	if err := h.receiver.Shutdown(ctx); err != nil {
+		h.log.Warn("background scans cut short; the cron reconciler completes them", "error", err.Error())
 	}
-	// functions-framework-go's server stops without draining; closing the store on SIGTERM
-	// is the most it allows.
-	store.CloseOnSignal(d.Store)
-	return NewHandler(d), nil
+	h.deps.Recorder.Shutdown()
+	return h.deps.Store.Close()
 }

@@ -1,6 +1,7 @@
 // Package function holds what reflector's two function packages and their entry points share:
-// the health endpoint, a handler built on first use for functions-framework-go, and serving with
-// the graceful shutdown that functions-framework-go's Start lacks.
+// the health endpoint, what a function is once built from its environment, and its one shutdown
+// path (stop taking requests, let those in flight finish, close what the handlers hold), taken
+// both by the commands' own servers (Serve) and on a functions-framework-go host (Host).
 package function
 
 import (
@@ -12,12 +13,10 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/imagereflector/reflector/internal/metrics"
-	"github.com/imagereflector/reflector/internal/redact"
 )
 
 // Healthz answers GET and HEAD /healthz with 200 "ok".
@@ -31,43 +30,36 @@ func Healthz(w http.ResponseWriter, req *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-// Lazy returns the handler that a function package registers with functions-framework-go: it
-// answers /healthz by itself and builds the real handler on the first other request, so that
-// importing the package has no side effects. A failed build answers 500 with the reason and is
-// tried again on the next request, so a fixed environment needs no restart.
-func Lazy(name string, build func() (http.Handler, error)) http.HandlerFunc {
-	var (
-		mu sync.Mutex
-		h  http.Handler
-	)
-	get := func() (http.Handler, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if h != nil {
-			return h, nil
-		}
-		built, err := build()
-		if err != nil {
-			return nil, err
-		}
-		h = built
-		return h, nil
-	}
-	return func(w http.ResponseWriter, req *http.Request) {
-		if req.URL.Path == "/healthz" {
-			Healthz(w, req)
-			return
-		}
-		h, err := get()
-		if err != nil {
-			// Configuration errors may quote K_SINK or the API server's URL.
-			msg := redact.String(err.Error())
-			slog.Error(name+" function is not configured", "error", msg)
-			http.Error(w, name+" function is not configured: "+msg, http.StatusInternalServerError)
-			return
-		}
-		h.ServeHTTP(w, req)
-	}
+// Function is a function built from its environment: its handlers, each under the name it is
+// registered with functions-framework-go, and what closes what they hold.
+type Function struct {
+	// Handlers are the function's surfaces by registered name.
+	Handlers map[string]http.Handler
+	// Close closes what the handlers hold (the tag store, the event recorder), so that the next
+	// process finds the store clean. It runs once no request is running; ctx ends when the
+	// background work it waits for has had its grace period.
+	Close func(ctx context.Context) error
+}
+
+// Timeouts bound a function's shutdown.
+type Timeouts struct {
+	// Drain is how long requests in flight may take after SIGTERM.
+	Drain time.Duration
+	// Grace is how long background work may take once the requests drained.
+	Grace time.Duration
+}
+
+// DefaultTimeouts fit in Kubernetes' default termination grace period of 30 seconds.
+var DefaultTimeouts = Timeouts{Drain: 20 * time.Second, Grace: 5 * time.Second}
+
+// stopSignals are the signals that stop a function.
+var stopSignals = []os.Signal{syscall.SIGTERM, os.Interrupt}
+
+// closeWithin calls closeFn with a context that ends after grace.
+func closeWithin(grace time.Duration, closeFn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	return closeFn(ctx)
 }
 
 // DefaultMetricsPort is the port of /metrics when $REFLECTOR_METRICS_ADDR is unset. It is not
@@ -100,14 +92,13 @@ func Port() string {
 }
 
 // Serve serves each listener until SIGTERM or an interrupt. Then it stops taking requests on
-// all of them, lets those in flight finish for up to drain, and calls shutdown, which closes
-// what the handlers hold (the tag store, the event recorder) so that the next process finds
-// the store clean. A listener that cannot be bound stops the function.
+// all of them, lets those in flight finish for up to t.Drain, and calls closeFn (a Function's
+// Close) with t.Grace for background work. A listener that cannot be bound stops the function.
 //
 // Prometheus metrics are served on /metrics of $REFLECTOR_METRICS_ADDR (host:port, default
 // ":" + DefaultMetricsPort; "off" serves none). A metrics port that cannot be bound is logged as
 // an error and the function serves on without it.
-func Serve(listeners []Listener, drain time.Duration, shutdown func(context.Context) error, log *slog.Logger) error {
+func Serve(listeners []Listener, t Timeouts, closeFn func(context.Context) error, log *slog.Logger) error {
 	if maddr := os.Getenv("REFLECTOR_METRICS_ADDR"); maddr != "off" {
 		if maddr == "" {
 			maddr = ":" + DefaultMetricsPort
@@ -129,7 +120,7 @@ func Serve(listeners []Listener, drain time.Duration, shutdown func(context.Cont
 			for _, bound := range lns {
 				bound.Close()
 			}
-			return errors.Join(fmt.Errorf("%s: %w", l.Name, err), shutdown(context.Background()))
+			return errors.Join(fmt.Errorf("%s: %w", l.Name, err), closeWithin(t.Grace, closeFn))
 		}
 		lns = append(lns, ln)
 		servers = append(servers, &http.Server{
@@ -138,7 +129,7 @@ func Serve(listeners []Listener, drain time.Duration, shutdown func(context.Cont
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		})
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
 	defer stop()
 	served := make(chan error, len(servers))
 	for i, srv := range servers {
@@ -152,14 +143,14 @@ func Serve(listeners []Listener, drain time.Duration, shutdown func(context.Cont
 	case <-ctx.Done():
 		log.Info("shutting down")
 	}
-	dctx, cancel := context.WithTimeout(context.Background(), drain)
+	dctx, cancel := context.WithTimeout(context.Background(), t.Drain)
 	for _, srv := range servers {
 		if err := srv.Shutdown(dctx); err != nil {
 			log.Warn("requests still running at the drain deadline", "error", err.Error())
 		}
 	}
 	cancel()
-	err := shutdown(context.Background())
+	err := closeWithin(t.Grace, closeFn)
 	if failed != nil {
 		return errors.Join(failed, err)
 	}

@@ -7,35 +7,36 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/testenv"
 )
 
-// eventsOf waits until the Events of ns stop changing and returns how many objects there are and
-// the sum of their counts.
+// eventsOf waits until the Events of ns have stopped changing for half a second and returns how
+// many objects there are and the sum of their counts.
 func eventsOf(t *testing.T, c *kube.Client, ns string) (objects, total int) {
 	t.Helper()
-	last, stable := -1, 0
-	for range 100 {
+	last, changed := -1, time.Now()
+	testenv.Eventually(t, 10*time.Second, func() error {
 		list, err := c.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		objects, total = len(list.Items), 0
 		for _, e := range list.Items {
 			total += int(max(e.Count, 1))
 		}
-		if total == last && total > 0 {
-			if stable++; stable == 5 {
-				return objects, total
-			}
-		} else {
-			stable = 0
+		if total != last || total == 0 {
+			last, changed = total, time.Now()
+			return fmt.Errorf("%d Events counting %d, still changing", objects, total)
 		}
-		last = total
-		time.Sleep(100 * time.Millisecond)
-	}
+		if time.Since(changed) < 500*time.Millisecond {
+			return fmt.Errorf("%d Events counting %d, unchanged for %v", objects, total, time.Since(changed))
+		}
+		return nil
+	})
 	return objects, total
 }
 
@@ -97,20 +98,20 @@ func TestRecorderIntegrationHidesURLUserinfo(t *testing.T) {
 	// Shutting the recorder down may drop what it has not sent yet: wait for both first.
 	defer rec.Shutdown()
 	var messages []string
-	for range 100 {
+	testenv.Eventually(t, 10*time.Second, func() error {
 		list, err := c.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		messages = messages[:0]
 		for _, e := range list.Items {
 			messages = append(messages, e.Message)
 		}
-		if len(messages) == 2 {
-			break
+		if len(messages) != 2 {
+			return fmt.Errorf("%d Events, want 2: %q", len(messages), messages)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	got := strings.Join(messages, "\n")
 	if len(messages) != 2 || strings.Contains(got, "planted-password") ||
 		!strings.Contains(got, `Get "http://xxxxx@127.0.0.1:1/v2/": EOF`) || !strings.Contains(got, "sink socks5://xxxxx@127.0.0.1:1080") {
@@ -130,18 +131,18 @@ func TestRecorderIntegrationCarriesEventAnnotations(t *testing.T) {
 	rec := kube.NewRecorder(c.Core, "reflector-test")
 	defer rec.Shutdown()
 	rec.Normal(repo, "Succeeded", "successful scan: found 1 tags")
-	for range 100 {
+	var events []corev1.Event
+	testenv.Eventually(t, 10*time.Second, func() error {
 		list, err := c.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		if len(list.Items) == 1 {
-			if a := list.Items[0].Annotations; len(a) != 1 || a["event.toolkit.fluxcd.io/team"] != "platform" {
-				t.Errorf("Event annotations %v", a)
-			}
-			return
+		if events = list.Items; len(events) != 1 {
+			return fmt.Errorf("%d Events, want 1", len(events))
 		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	})
+	if a := events[0].Annotations; len(a) != 1 || a["event.toolkit.fluxcd.io/team"] != "platform" {
+		t.Errorf("Event annotations %v", a)
 	}
-	t.Fatal("no Event was written")
 }

@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -54,7 +55,12 @@ func TestUpdateStatusIntegrationSurvivesAnnotationChurn(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(50 * time.Millisecond)
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if annotations.Load() == 0 {
+			return errors.New("no annotation written yet")
+		}
+		return nil
+	})
 	for i := range 5 {
 		name := fmt.Sprintf("write-%d", i)
 		got, err := c.Repositories.UpdateStatus(ctx, ns, "app", func(r *v1.ImageRepository) error {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
@@ -35,54 +36,65 @@ type catalog struct {
 	pageSize int64
 	now      func() time.Time
 
-	mu     sync.Mutex
-	scopes map[string]*listing
+	// listings shares a listing in flight between the deliveries of its scope.
+	listings singleflight.Group
+	mu       sync.Mutex
+	scopes   map[string]listing
 }
 
-// listing is one listing of a scope, in flight until done is closed.
+// listing is the last successful listing of a scope.
 type listing struct {
 	at    time.Time
-	done  chan struct{}
 	repos []repoEntry
-	err   error
 }
 
 func newCatalog(c *kube.Client, ttl time.Duration, pageSize int64, now func() time.Time) *catalog {
-	return &catalog{kube: c, ttl: ttl, pageSize: pageSize, now: now, scopes: map[string]*listing{}}
+	return &catalog{kube: c, ttl: ttl, pageSize: pageSize, now: now, scopes: map[string]listing{}}
 }
 
 // repositories returns the ImageRepositories of namespace ("" for all). With fresh, or when
 // the remembered listing is older than the ttl or failed, it lists them; otherwise it returns
-// the remembered listing, waiting for one in flight. remembered tells which it was.
+// the remembered listing, waiting for one in flight. remembered tells that the listing may have
+// started before this call.
 func (c *catalog) repositories(ctx context.Context, namespace string, fresh bool) (repos []repoEntry, remembered bool, err error) {
-	c.mu.Lock()
-	l := c.scopes[namespace]
-	if l != nil && !fresh && c.ttl > 0 {
-		select {
-		case <-l.done:
-			if l.err == nil && c.now().Sub(l.at) < c.ttl {
-				c.mu.Unlock()
-				return l.repos, true, nil
-			}
-		default:
-			c.mu.Unlock()
-			select {
-			case <-l.done:
-				return l.repos, true, l.err
-			case <-ctx.Done():
-				return nil, false, ctx.Err()
-			}
+	// own: the listing must start after this call did. One in flight may have started before
+	// what the caller looks for was created: start another, which later calls share instead.
+	own := fresh || c.ttl <= 0
+	if own {
+		c.listings.Forget(namespace)
+	} else {
+		c.mu.Lock()
+		l, ok := c.scopes[namespace]
+		c.mu.Unlock()
+		if ok && c.now().Sub(l.at) < c.ttl {
+			return l.repos, true, nil
 		}
 	}
-	l = &listing{at: c.now(), done: make(chan struct{})}
-	c.scopes[namespace] = l
-	c.mu.Unlock()
-	// Other deliveries may wait for this listing: a sender that hangs up must not fail it.
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listTimeout)
-	defer cancel()
-	l.repos, l.err = c.list(lctx, namespace)
-	close(l.done)
-	return l.repos, false, l.err
+	started := false
+	ch := c.listings.DoChan(namespace, func() (any, error) {
+		started = true
+		at := c.now()
+		// Other deliveries may wait for this listing: a sender that hangs up must not fail it.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listTimeout)
+		defer cancel()
+		repos, err := c.list(lctx, namespace)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		if c.scopes[namespace].at.Before(at) {
+			c.scopes[namespace] = listing{at: at, repos: repos}
+		}
+		c.mu.Unlock()
+		return repos, nil
+	})
+	select {
+	case res := <-ch:
+		repos, _ := res.Val.([]repoEntry)
+		return repos, !started && !own, res.Err
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
 }
 
 // listTimeout bounds one listing of a scope.

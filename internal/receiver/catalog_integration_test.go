@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,5 +51,40 @@ func TestWebhookIntegrationRemembersListings(t *testing.T) {
 	code, a = hook("a-gone", "catalog/a")
 	if code != http.StatusOK || len(a.Objects) != 0 {
 		t.Errorf("a repository deleted after the listing: %d %+v, want 200 and no objects", code, a)
+	}
+}
+
+// TestWebhookIntegrationSharesAListingInFlight: deliveries that arrive together, before any
+// listing is remembered, wait for the one listing in flight instead of each making their own.
+func TestWebhookIntegrationSharesAListingInFlight(t *testing.T) {
+	f := newFixture(t, receiver.WithMatchTTL(time.Hour), receiver.WithRateLimit(rate.Inf, 0))
+	ns := f.namespace(t, token)
+	f.reg.Push(t, "together/a", "1.0.0")
+	f.createRepo(t, ns, "a", f.reg.Image("together/a"))
+
+	const deliveries = 16
+	before := f.lists.Load()
+	var wg sync.WaitGroup
+	answers := make(chan int, deliveries)
+	for i := range deliveries {
+		wg.Go(func() {
+			body := fmt.Appendf(nil, `{"events":[{"id":"together-%d","action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","repository":"together/a","tag":"1.0.0"},"request":{"host":%q}}]}`,
+				i, f.reg.Host())
+			code, a := f.send(t, signed("distribution", "/hook/distribution/"+ns, token, body))
+			if len(a.Objects) != 1 {
+				code = -code
+			}
+			answers <- code
+		})
+	}
+	wg.Wait()
+	close(answers)
+	for code := range answers {
+		if code != http.StatusAccepted {
+			t.Errorf("a delivery answered %d (negative: not matched to the one repository)", code)
+		}
+	}
+	if n := f.lists.Load() - before; n != 1 {
+		t.Errorf("%d listings for %d deliveries at once, want 1", n, deliveries)
 	}
 }

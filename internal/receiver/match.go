@@ -7,9 +7,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/imagereflector/reflector/internal/kube"
@@ -99,12 +99,10 @@ func (r *Receiver) annotate(ctx context.Context, targets []target) ([]target, er
 	token := kube.RequestToken(r.cfg.now())
 	errs := make([]error, len(targets))
 	gone := make([]bool, len(targets))
-	sem := make(chan struct{}, annotateConcurrency)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(annotateConcurrency)
 	for i, t := range targets {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
+		g.Go(func() error {
 			_, err := r.kube.Repositories.RequestReconcile(ctx, t.namespace, t.name, token)
 			switch {
 			case apierrors.IsNotFound(err):
@@ -113,9 +111,11 @@ func (r *Receiver) annotate(ctx context.Context, targets []target) ([]target, er
 			case err != nil:
 				errs[i] = fmt.Errorf("annotating ImageRepository %s/%s: %w", t.namespace, t.name, err)
 			}
+			// Every patch is tried whatever the others' outcome: errors are kept per target.
+			return nil
 		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	var (
 		done  []target
 		first error

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -22,16 +23,16 @@ type receivers struct {
 	pageSize int64
 	now      func() time.Time
 
+	// listing shares the listing in flight between deliveries.
+	listing singleflight.Group
 	mu      sync.Mutex
 	current *secretListing
 }
 
-// secretListing is one listing, in flight until done is closed.
+// secretListing is the last successful listing.
 type secretListing struct {
 	at     time.Time
-	done   chan struct{}
 	tokens map[string][]byte
-	err    error
 }
 
 func newReceivers(core kubernetes.Interface, ttl time.Duration, pageSize int64, now func() time.Time) *receivers {
@@ -42,34 +43,32 @@ func newReceivers(core kubernetes.Interface, ttl time.Duration, pageSize int64, 
 func (c *receivers) token(ctx context.Context, namespace string) ([]byte, error) {
 	c.mu.Lock()
 	l := c.current
-	if l != nil {
-		select {
-		case <-l.done:
-			if l.err != nil || c.now().Sub(l.at) >= c.ttl {
-				l = nil
+	c.mu.Unlock()
+	if l == nil || c.now().Sub(l.at) >= c.ttl {
+		ch := c.listing.DoChan("", func() (any, error) {
+			at := c.now()
+			// Other deliveries wait for this listing: a sender that hangs up must not fail it.
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listTimeout)
+			defer cancel()
+			tokens, err := c.list(lctx)
+			if err != nil {
+				return nil, err
 			}
-		default:
+			l := &secretListing{at: at, tokens: tokens}
+			c.mu.Lock()
+			c.current = l
+			c.mu.Unlock()
+			return l, nil
+		})
+		select {
+		case res := <-ch:
+			if res.Err != nil {
+				return nil, res.Err
+			}
+			l = res.Val.(*secretListing)
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-	}
-	if l == nil {
-		l = &secretListing{at: c.now(), done: make(chan struct{})}
-		c.current = l
-		c.mu.Unlock()
-		// Other deliveries wait for this listing: a sender that hangs up must not fail it.
-		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), listTimeout)
-		l.tokens, l.err = c.list(lctx)
-		cancel()
-		close(l.done)
-	} else {
-		c.mu.Unlock()
-	}
-	select {
-	case <-l.done:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if l.err != nil {
-		return nil, l.err
 	}
 	return l.tokens[namespace], nil
 }

@@ -109,23 +109,8 @@ func TestObservabilityIntegration(t *testing.T) {
 	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(observedManifests, image))); err != nil {
 		t.Fatal(err)
 	}
-	waitLatest := func(want string) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		last := "<none>"
-		for time.Now().Before(deadline) {
-			p, err := s.Kube.Policies.Get(ctx, "default", "stable")
-			if err == nil && p.Status.LatestRef != nil {
-				if last = p.Status.LatestRef.Tag; last == want {
-					return
-				}
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatalf("latest %s, want %s; logs in %s", last, want, s.Log(stack.Scan))
-	}
 	// The cron reconciler's first pass scans the new repository.
-	waitLatest("1.0.0")
+	waitLatest(t, s, "stable", "1.0.0")
 
 	scanBefore := testenv.Scrape(t, s.Metrics[stack.Scan])
 	policyBefore := testenv.Scrape(t, s.Metrics[stack.Policy])
@@ -144,23 +129,21 @@ func TestObservabilityIntegration(t *testing.T) {
 	if forged := postWebhook(t, s, body, "Bearer wrong", ""); forged.status != http.StatusUnauthorized {
 		t.Errorf("forged webhook answered %d", forged.status)
 	}
-	waitLatest("1.1.0")
+	waitLatest(t, s, "stable", "1.1.0")
 
 	t.Run("the push's trace id follows it through both functions", func(t *testing.T) {
 		var emitted cloudevents.Event
-		deadline := time.Now().Add(10 * time.Second)
-		for emitted.ID() == "" && time.Now().Before(deadline) {
-			for _, e := range k.events() {
+		testenv.Eventually(t, 10*time.Second, func() error {
+			got := k.events()
+			for _, e := range got {
 				var d events.LatestChanged
 				if e.Type() == events.TypeLatestChanged && e.DataAs(&d) == nil && d.Latest != nil && d.Latest.Tag == "1.1.0" {
 					emitted = e
+					return nil
 				}
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if emitted.ID() == "" {
-			t.Fatalf("the policy function emitted no LatestChanged for 1.1.0; got %d events", len(k.events()))
-		}
+			return fmt.Errorf("the policy function emitted no LatestChanged for 1.1.0; got %d events", len(got))
+		})
 		tp, _ := emitted.Extensions()[trace.Header].(string)
 		got, err := trace.Parse(tp)
 		if err != nil || got.TraceIDString() != traceID {
@@ -244,19 +227,15 @@ func TestObservabilityIntegration(t *testing.T) {
 	})
 
 	t.Run("the cron loop serves its pass summary", func(t *testing.T) {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		testenv.Eventually(t, 10*time.Second, func() error {
 			m := testenv.Scrape(t, s.Metrics[stack.Cron])
 			passes, _ := m.Value("reflector_cron_passes_total", map[string]string{"result": "succeeded"})
 			repos, _ := m.Value("reflector_cron_last_pass_objects", map[string]string{"count": "repositories"})
-			if passes >= 1 && repos == 2 {
-				return
+			if passes < 1 || repos != 2 {
+				return fmt.Errorf("cron metrics: %v passes, %v repositories in the last", passes, repos)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("cron metrics: %v passes, %v repositories in the last", passes, repos)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return nil
+		})
 	})
 }
 

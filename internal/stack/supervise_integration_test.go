@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/imagereflector/reflector/internal/stack"
+	"github.com/imagereflector/reflector/internal/testenv"
 )
 
 // TestKilledFunctionRestartsIntegration kills the policy function from outside, as the kernel's
@@ -54,18 +55,22 @@ func TestKilledFunctionRestartsIntegration(t *testing.T) {
 	}
 	waitLatest(t, s, "stable", "1.1.0")
 
+	// Kill returns once the process has exited, and takes the component over: no restart is
+	// pending, and none is announced in the log.
 	if err := s.Kill(stack.Policy, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
 	if st := s.Status(stack.Policy); st.State != stack.Down || st.PID != 0 {
-		t.Errorf("3s after Kill: status %+v, want down", st)
+		t.Errorf("after Kill: status %+v, want down with no restart pending", st)
 	}
 	if err := s.Restart(ctx, stack.Policy); err != nil {
 		t.Fatal(err)
 	}
 	if st := s.Status(stack.Policy); st.State != stack.Up || st.PID == 0 || st.Restarts != 2 {
 		t.Errorf("after Restart: status %+v, want up, still 2 restarts", st)
+	}
+	if got, want := restartWaits(t, s.Log(stack.Policy)), []string{"500ms", "1s"}; !slices.Equal(got, want) {
+		t.Errorf("restart waits in the policy log after Kill and Restart: %v, want still %v", got, want)
 	}
 }
 
@@ -74,25 +79,25 @@ func TestKilledFunctionRestartsIntegration(t *testing.T) {
 func waitRestarted(t *testing.T, s *stack.Stack, c string, killed int) {
 	t.Helper()
 	restarting := false
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		st := s.Status(c)
 		restarting = restarting || st.State == stack.Restarting
-		if st.State == stack.Up && st.PID != killed {
-			resp, err := http.Get(s.PolicyURL + "/healthz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					if !restarting {
-						t.Errorf("%s came back without being seen restarting", c)
-					}
-					return
-				}
-			}
+		if st.State != stack.Up || st.PID == killed {
+			return fmt.Errorf("%s not back after its process %d was killed: %+v; log %s", c, killed, st, s.Log(c))
 		}
-		time.Sleep(10 * time.Millisecond)
+		resp, err := http.Get(s.PolicyURL + "/healthz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: /healthz answered %s", c, resp.Status)
+		}
+		return nil
+	})
+	if !restarting {
+		t.Errorf("%s came back without being seen restarting", c)
 	}
-	t.Fatalf("%s not back 30s after its process %d was killed: %+v; log %s", c, killed, s.Status(c), s.Log(c))
 }
 
 // restartWaits returns the waits the stack announced in a component's log before each restart.

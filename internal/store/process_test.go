@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -188,30 +187,6 @@ func TestLockedUntilDeadline(t *testing.T) {
 	if err := <-got; !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get once the holder left = %v, want ErrNotFound", err)
 	}
-}
-
-// SIGTERM under CloseOnSignal closes the database cleanly: the process
-// still dies of the signal, and a read-only open needs no log replay.
-func TestCloseOnSignal(t *testing.T) {
-	dir := t.TempDir()
-	h := startHelper(t, "sigterm", dir, "")
-	if l := h.next(); l != "ready" {
-		t.Fatalf("helper printed %q", l)
-	}
-	time.Sleep(50 * time.Millisecond)
-	if err := h.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	err := h.cmd.Wait()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || !exit.Sys().(syscall.WaitStatus).Signaled() || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
-		t.Fatalf("helper ended with %v, want death by SIGTERM; stderr:\n%s", err, h.stderr)
-	}
-	db, err := badger.Open(badger.DefaultOptions(dir).WithReadOnly(true).WithLogger(nil))
-	if err != nil {
-		t.Fatalf("read-only open after SIGTERM: %v", err)
-	}
-	db.Close()
 }
 
 // A directory Badger cannot open is reported as ErrCorrupt, to writers and

@@ -23,8 +23,6 @@ func runHelper(role, dir, arg string) int {
 		return bigWriterRole(dir)
 	case "holder":
 		return holderRole(dir)
-	case "sigterm":
-		return sigtermRole(dir)
 	case "rss":
 		return rssRole(dir, arg)
 	}
@@ -147,26 +145,6 @@ func holderRole(dir string) int {
 	}
 	fmt.Println("closed")
 	return 0
-}
-
-// sigtermRole writes in a loop under CloseOnSignal until a signal ends it.
-func sigtermRole(dir string) int {
-	s := New(dir, WithLinger(time.Hour))
-	CloseOnSignal(s)
-	for i := 0; ; i++ {
-		ctx, cancel := opCtx()
-		_, _, err := s.Put(ctx, fmt.Sprintf("ns/k%d", i%10), testID, genTags(i, 1000), time.Now())
-		cancel()
-		if err != nil {
-			// Calls after the signal fail with ErrClosed until the signal,
-			// delivered again, ends the process.
-			time.Sleep(time.Second)
-			return fail("sigterm: still running after: %v", err)
-		}
-		if i == 0 {
-			fmt.Println("ready")
-		}
-	}
 }
 
 // rssRole writes 1,000 repositories of 1,000 tags and prints its peak RSS

@@ -1,0 +1,133 @@
+package policy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/store"
+	"github.com/imagereflector/reflector/internal/testenv"
+)
+
+// hostPortEnv tells the test binary to be a functions-framework host on this port.
+const hostPortEnv = "REFLECTOR_TEST_FUNCFRAMEWORK_PORT"
+
+// TestFunctionsFrameworkHost is the process that TestFunctionsFrameworkIntegration starts: a
+// functions-framework host serving $FUNCTION_TARGET, as funcframework.Start does.
+func TestFunctionsFrameworkHost(t *testing.T) {
+	port := os.Getenv(hostPortEnv)
+	if port == "" {
+		t.Skip("the functions-framework host process of TestFunctionsFrameworkIntegration")
+	}
+	t.Fatal(funcframework.StartHostPort("127.0.0.1", port))
+}
+
+// TestFunctionsFrameworkIntegration: the "policy" registration, served by a functions-framework
+// host process (FUNCTION_TARGET, funcframework.StartHostPort), is the handler cmd/policy serves,
+// built from the environment on first use; on SIGTERM the host shuts the function down and exits
+// by itself with status 0.
+func TestFunctionsFrameworkIntegration(t *testing.T) {
+	env := testenv.Kube(t)
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	repo, err := c.Repositories.Create(ctx, &v1.ImageRepository{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"},
+		Spec:       v1.ImageRepositorySpec{Image: "ghcr.io/org/app", Interval: metav1.Duration{Duration: time.Hour}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := reconcile.RepositoryIdentity(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Policies.Create(ctx, &v1.ImagePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "app"},
+		Spec: v1.ImagePolicySpec{ImageRepositoryRef: v1.NamespacedObjectReference{Name: "app"},
+			Policy: v1.ImagePolicyChoice{SemVer: &v1.SemVerPolicy{Range: "*"}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writer := store.New(dir, store.WithLinger(0))
+	if _, _, err := writer.Put(ctx, reconcile.StoreKey(ns, "app"), id, []string{"1.0.0", "1.1.0"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFunctionsFrameworkHost$")
+	cmd.Env = append(os.Environ(), "FUNCTION_TARGET=policy", hostPortEnv+"="+strconv.Itoa(port),
+		"KUBECONFIG="+env.Kubeconfig, "REFLECTOR_STORE_DIR="+dir, "K_SINK=")
+	output := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = output, output
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	testenv.Eventually(t, 30*time.Second, func() error {
+		resp, err := http.Get(url + "/healthz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	})
+
+	resp, err := http.Post(url+"/evaluate?namespace="+ns+"&name=app", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var out reconcile.PolicyOutcome
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &out) != nil || out.Result != reconcile.PolicySucceeded {
+		t.Errorf("POST /evaluate: %s %s", resp.Status, b)
+	}
+	p, err := c.Policies.Get(ctx, ns, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != "1.1.0" {
+		t.Errorf("latestRef %+v", p.Status.LatestRef)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("after SIGTERM: %v, want exit status 0; output:\n%s", err, output)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("still running 30s after SIGTERM; output:\n%s", output)
+	}
+}

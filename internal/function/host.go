@@ -1,0 +1,138 @@
+package function
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"time"
+
+	"github.com/imagereflector/reflector/internal/redact"
+)
+
+// Host serves a function on a functions-framework-go host. That host's server
+// (funcframework.Start) neither drains requests nor closes anything when the process is told to
+// stop, so the Host does both itself, taking the steps Serve takes: on SIGTERM or an interrupt
+// it stops taking requests, lets those in flight finish, closes the function and ends the
+// process.
+//
+// The function is built on the first request that is not /healthz, so that importing a function
+// package has no side effects. A failed build answers 500 with the reason and is tried again on
+// the next request, so a fixed environment needs no restart.
+type Host struct {
+	name     string
+	timeouts Timeouts
+	open     func() (*Function, error)
+
+	mu       sync.Mutex
+	fn       *Function
+	stopping bool
+	inflight sync.WaitGroup
+	stopped  sync.Once
+	closed   error
+}
+
+// errStopping is what a request that arrives after SIGTERM gets.
+var errStopping = errors.New("shutting down")
+
+// NewHost returns a Host of the function name that open builds, shut down within t.
+func NewHost(name string, t Timeouts, open func() (*Function, error)) *Host {
+	return &Host{name: name, timeouts: t, open: open}
+}
+
+// Handler returns the handler to register with functions-framework-go under target, one of the
+// names of the function's Handlers. It answers /healthz without building the function.
+func (h *Host) Handler(target string) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/healthz" {
+			Healthz(w, req)
+			return
+		}
+		fn, err := h.enter()
+		switch {
+		case errors.Is(err, errStopping):
+			w.Header().Set("Connection", "close")
+			http.Error(w, h.name+" function is shutting down", http.StatusServiceUnavailable)
+			return
+		case err != nil:
+			// Configuration errors may quote K_SINK or the API server's URL.
+			msg := redact.String(err.Error())
+			slog.Error(h.name+" function is not configured", "error", msg)
+			http.Error(w, h.name+" function is not configured: "+msg, http.StatusInternalServerError)
+			return
+		}
+		defer h.inflight.Done()
+		handler, ok := fn.Handlers[target]
+		if !ok {
+			http.Error(w, h.name+" function has no surface "+target, http.StatusInternalServerError)
+			return
+		}
+		handler.ServeHTTP(w, req)
+	}
+}
+
+// enter counts a request in, building the function first if it is not built yet.
+func (h *Host) enter() (*Function, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopping {
+		return nil, errStopping
+	}
+	if h.fn == nil {
+		fn, err := h.open()
+		if err != nil {
+			return nil, err
+		}
+		h.fn = fn
+		// Before the first request is served, so that a SIGTERM during it is not lost.
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, stopSignals...)
+		go h.stopOnSignal(sig)
+	}
+	h.inflight.Add(1)
+	return h.fn, nil
+}
+
+// stopOnSignal shuts the Host down on the first signal and ends the process, which the host's
+// own server would otherwise keep running.
+func (h *Host) stopOnSignal(sig chan os.Signal) {
+	<-sig
+	signal.Stop(sig)
+	slog.Info("shutting down", "function", h.name)
+	if err := h.Shutdown(); err != nil {
+		slog.Error(h.name+" function failed", "error", redact.String(err.Error()))
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// Shutdown stops taking requests (later ones get 503), lets those in flight finish for up to
+// the drain timeout, and closes the function, giving its background work the grace timeout.
+// SIGTERM runs it; later calls return what the first returned.
+func (h *Host) Shutdown() error {
+	h.stopped.Do(func() {
+		h.mu.Lock()
+		h.stopping = true
+		fn := h.fn
+		h.mu.Unlock()
+		if fn == nil {
+			return
+		}
+		drained := make(chan struct{})
+		go func() {
+			h.inflight.Wait()
+			close(drained)
+		}()
+		timer := time.NewTimer(h.timeouts.Drain)
+		defer timer.Stop()
+		select {
+		case <-drained:
+		case <-timer.C:
+			slog.Warn("requests still running at the drain deadline", "function", h.name)
+		}
+		h.closed = closeWithin(h.timeouts.Grace, fn.Close)
+	})
+	return h.closed
+}
