@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"golang.org/x/time/rate"
+
+	"github.com/imagereflector/reflector/internal/cloudauth"
 )
 
 // Defaults of a Client made without options.
@@ -52,6 +54,7 @@ type Client struct {
 	maxRetries     int
 	initialBackoff time.Duration
 	maxBackoff     time.Duration
+	cloud          *cloudauth.Authenticator
 
 	mu       sync.Mutex
 	limiters map[string]*rate.Limiter
@@ -72,6 +75,9 @@ func New(opts ...Option) *Client {
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.cloud == nil {
+		c.cloud = cloudauth.New()
 	}
 	return c
 }
