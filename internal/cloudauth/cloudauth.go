@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -149,6 +150,18 @@ func ParseFeatureGates(s string) (objectLevel bool, err error) {
 		}
 	}
 	return objectLevel, nil
+}
+
+// FromEnv returns an Authenticator configured as the functions' environment says:
+// REFLECTOR_FEATURE_GATES (ObjectLevelWorkloadIdentity=true enables object-level identity) and
+// REFLECTOR_DEFAULT_SERVICE_ACCOUNT. It reads no credentials.
+func FromEnv() (*Authenticator, error) {
+	objectLevel, err := ParseFeatureGates(os.Getenv("REFLECTOR_FEATURE_GATES"))
+	if err != nil {
+		return nil, fmt.Errorf("REFLECTOR_FEATURE_GATES: %w", err)
+	}
+	return New(WithObjectLevelIdentity(objectLevel),
+		WithDefaultServiceAccount(strings.TrimSpace(os.Getenv("REFLECTOR_DEFAULT_SERVICE_ACCOUNT")))), nil
 }
 
 // Login returns the credentials for registry host of an ImageRepository in namespace with

@@ -79,7 +79,8 @@ type azureGrant struct {
 	pull    bool
 }
 
-// NewClouds starts the fakes and registries for the test; kube reviews ServiceAccount tokens.
+// NewClouds starts the fakes and registries for the test; kube reviews ServiceAccount tokens
+// (nil: set it later with ReviewWith, before any login).
 func NewClouds(t testing.TB, kube kubernetes.Interface) *Clouds {
 	t.Helper()
 	c := &Clouds{
@@ -121,6 +122,24 @@ func NewClouds(t testing.TB, kube kubernetes.Interface) *Clouds {
 		c.proxy.Route(n+":443", c.front.Listener.Addr().String())
 	}
 	return c
+}
+
+// ReviewWith sets the apiserver that reviews ServiceAccount tokens, for fakes started before it.
+func (c *Clouds) ReviewWith(kube kubernetes.Interface) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.kube = kube
+}
+
+// ProcessEnv returns what a reflector process started by the test needs, besides Setenv's
+// variables, to reach the registries and Google's APIs as Transport does: HTTPS_PROXY naming
+// the routing proxy (loopback addresses bypass it) and SSL_CERT_FILE holding the test CA.
+func (c *Clouds) ProcessEnv(t testing.TB) []string {
+	path := filepath.Join(t.TempDir(), "clouds-ca.pem")
+	if err := os.WriteFile(path, c.ca.certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"HTTPS_PROXY=" + c.proxy.URL(), "SSL_CERT_FILE=" + path, "NO_PROXY=", "no_proxy=", "https_proxy="}
 }
 
 // Transport reaches the registries and Google's APIs by their real names through the routing
@@ -167,7 +186,6 @@ func (c *Clouds) Setenv(t testing.TB) {
 		"GCE_METADATA_HOST":                  c.plain.Listener.Addr().String(),
 		"GOOGLE_APPLICATION_CREDENTIALS":     "",
 		"CLOUDSDK_CONFIG":                    filepath.Join(dir, "gcloud"),
-		"HOME":                               dir,
 	} {
 		t.Setenv(k, v)
 	}
@@ -265,7 +283,10 @@ func serviceAccountUser(namespace, name string) string {
 
 // review asks the apiserver whose ServiceAccount token this is, for audience.
 func (c *Clouds) review(ctx context.Context, token, audience string) (string, bool) {
-	tr, err := c.kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+	c.mu.Lock()
+	kube := c.kube
+	c.mu.Unlock()
+	tr, err := kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{audience}},
 	}, metav1.CreateOptions{})
 	if err != nil || !tr.Status.Authenticated {
