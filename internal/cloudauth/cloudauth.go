@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"golang.org/x/sync/singleflight"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -67,6 +68,7 @@ type Authenticator struct {
 	customClient bool
 	now          func() time.Time
 	cache        *cache
+	logins       singleflight.Group
 }
 
 // Option configures an Authenticator.
@@ -187,13 +189,32 @@ func (a *Authenticator) Login(ctx context.Context, kube kubernetes.Interface, pr
 	if cred, ok := a.cache.get(key, now); ok {
 		return cred, nil
 	}
-	cred, expires, err := cl.login(ctx, a, id, reg)
-	if err != nil {
-		return authn.AuthConfig{}, err
+	// Scans that miss the cache together share one login: a burst of pushes to one registry
+	// costs the cloud one token exchange. The login outlives a caller that gives up, bounded by
+	// loginTimeout, so that the others still get its answer.
+	ch := a.logins.DoChan(fmt.Sprintf("%q", key), func() (any, error) {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loginTimeout)
+		defer cancel()
+		cred, expires, err := cl.login(lctx, a, id, reg)
+		if err != nil {
+			return nil, err
+		}
+		a.cache.put(key, cred, now, expires)
+		return cred, nil
+	})
+	select {
+	case <-ctx.Done():
+		return authn.AuthConfig{}, failed("logging in to %s as %s: %v", host, id.describe(), context.Cause(ctx))
+	case res := <-ch:
+		if res.Err != nil {
+			return authn.AuthConfig{}, res.Err
+		}
+		return res.Val.(authn.AuthConfig), nil
 	}
-	a.cache.put(key, cred, now, expires)
-	return cred, nil
 }
+
+// loginTimeout bounds one login to a cloud, token exchanges included.
+const loginTimeout = 30 * time.Second
 
 // cloud is what each provider implements.
 type cloud struct {

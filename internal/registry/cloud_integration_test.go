@@ -172,7 +172,8 @@ func TestIntegrationCloudControllerLevel(t *testing.T) {
 		c, _ := f.client()
 		before := len(f.clouds.Calls())
 		f.wantTags(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRHost, ""))
-		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"aws:sts", "aws:ecr"}) {
+		f.wantTags(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRPublicHost, ""))
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"aws:sts", "aws:ecr", "aws:sts", "aws:ecr-public"}) {
 			t.Errorf("cloud calls %v", got)
 		}
 	})
@@ -318,5 +319,31 @@ func TestIntegrationCloudRenewal(t *testing.T) {
 	f.wantTags(t, c, obj)
 	if got := f.clouds.Calls(); !slices.Equal(got, []string{"gcp:metadata", "gcp:metadata"}) {
 		t.Fatalf("cloud calls %v", got)
+	}
+}
+
+// TestIntegrationCloudConcurrentScansShareALogin: scans that miss the cache together ask the
+// cloud once.
+func TestIntegrationCloudConcurrentScansShareALogin(t *testing.T) {
+	f := newCloudFixture(t)
+	c, _ := f.client()
+	obj := cloudRepository(f.ns, v1.GCPProvider, testenv.GARHost, "")
+	errs := make(chan error, 8)
+	for range cap(errs) {
+		go func() {
+			s, err := c.Prepare(context.Background(), f.kube, obj)
+			if err == nil {
+				s.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if got := f.clouds.Calls(); !slices.Equal(got, []string{"gcp:metadata"}) {
+		t.Errorf("cloud calls %v, want one", got)
 	}
 }

@@ -33,8 +33,10 @@ import (
 // Real host names of the cloud registries that Clouds serves.
 const (
 	ECRHost = "123456789012.dkr.ecr.us-west-2.amazonaws.com"
-	ACRHost = "x.azurecr.io"
-	GARHost = "us-docker.pkg.dev"
+	// ECRPublicHost leads to the same registry as ECRHost, with the same credentials.
+	ECRPublicHost = "public.ecr.aws"
+	ACRHost       = "x.azurecr.io"
+	GARHost       = "us-docker.pkg.dev"
 )
 
 // Facts of the fake GKE metadata server.
@@ -105,7 +107,7 @@ func NewClouds(t testing.TB, kube kubernetes.Interface) *Clouds {
 		t.Fatal(err)
 	}
 	c.ca = ca
-	names := []string{ECRHost, ACRHost, GARHost, "sts.googleapis.com", "iamcredentials.googleapis.com"}
+	names := []string{ECRHost, ECRPublicHost, ACRHost, GARHost, "sts.googleapis.com", "iamcredentials.googleapis.com"}
 	cert, err := ca.issue("clouds", names, false)
 	if err != nil {
 		t.Fatal(err)
@@ -429,7 +431,7 @@ func (c *Clouds) serveFront(w http.ResponseWriter, r *http.Request) {
 		host = r.Host
 	}
 	switch {
-	case host == ECRHost:
+	case host == ECRHost, host == ECRPublicHost:
 		forward(w, r, c.ECR)
 	case host == ACRHost && r.URL.Path == "/oauth2/exchange":
 		c.serveACRExchange(w, r)
