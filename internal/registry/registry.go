@@ -1,6 +1,7 @@
 // Package registry lists the tags of an ImageRepository's image and resolves tag digests, with
 // the access options of Flux's image.toolkit.fluxcd.io/v1 API (dockerconfigjson Secrets, a
-// ServiceAccount's image pull secrets, a private CA, client certificates, a proxy, plain HTTP)
+// ServiceAccount's image pull secrets, the cloud logins of spec.provider through
+// internal/cloudauth, a private CA, client certificates, a proxy, plain HTTP)
 // and without tripping registry rate limits: a token bucket per registry host shared by every
 // scan of the process, Retry-After honoured on 429, backoff with jitter on server errors, all
 // inside the object's timeout.
