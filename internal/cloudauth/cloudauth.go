@@ -193,6 +193,10 @@ func (a *Authenticator) Login(ctx context.Context, kube kubernetes.Interface, pr
 	// costs the cloud one token exchange. The login outlives a caller that gives up, bounded by
 	// loginTimeout, so that the others still get its answer.
 	ch := a.logins.DoChan(fmt.Sprintf("%q", key), func() (any, error) {
+		// A login that ended between the lookup above and this flight has filled the cache.
+		if cred, ok := a.cache.get(key, now); ok {
+			return cred, nil
+		}
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loginTimeout)
 		defer cancel()
 		cred, expires, err := cl.login(lctx, a, id, reg)
