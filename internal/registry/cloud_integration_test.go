@@ -189,6 +189,18 @@ func TestIntegrationCloudControllerLevel(t *testing.T) {
 			t.Errorf("cloud calls %v", got)
 		}
 	})
+	t.Run("azure client secret", func(t *testing.T) {
+		f.clouds.AllowAzureSecret(azureTenant, "app-client", "app-secret")
+		t.Setenv("AZURE_TENANT_ID", azureTenant)
+		t.Setenv("AZURE_CLIENT_ID", "app-client")
+		t.Setenv("AZURE_CLIENT_SECRET", "app-secret")
+		c, _ := f.client()
+		before := len(f.clouds.Calls())
+		f.wantTags(t, c, cloudRepository(f.ns, v1.AzureProvider, testenv.ACRHost, ""))
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"azure:token", "azure:exchange"}) {
+			t.Errorf("cloud calls %v", got)
+		}
+	})
 	t.Run("azure managed identity", func(t *testing.T) {
 		c, _ := f.client()
 		before := len(f.clouds.Calls())

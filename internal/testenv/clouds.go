@@ -71,6 +71,7 @@ type Clouds struct {
 	awsKeys     map[string]bool
 	azureIDs    map[string]azureGrant
 	azureTokens map[string]string
+	azureSecret map[string]string
 	gcpAccounts map[string]string
 	gcpFed      map[string]string
 	deny        map[string]bool
@@ -95,6 +96,7 @@ func NewClouds(t testing.TB, kube kubernetes.Interface) *Clouds {
 		awsKeys:        map[string]bool{},
 		azureIDs:       map[string]azureGrant{},
 		azureTokens:    map[string]string{},
+		azureSecret:    map[string]string{},
 		gcpAccounts:    map[string]string{},
 		gcpFed:         map[string]string{},
 		deny:           map[string]bool{},
@@ -227,6 +229,15 @@ func (c *Clouds) AllowAzureIdentity(tenant, client, namespace, name string, pull
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.azureIDs[tenant+"/"+client] = azureGrant{subject: serviceAccountUser(namespace, name), pull: pull}
+}
+
+// AllowAzureSecret lets the application client of tenant sign in with secret and pull from
+// ACRHost.
+func (c *Clouds) AllowAzureSecret(tenant, client, secret string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.azureSecret[tenant+"/"+client] = secret
+	c.azureIDs[tenant+"/"+client] = azureGrant{pull: true}
 }
 
 // AllowGCPServiceAccount lets ServiceAccount namespace/name impersonate the Google service
@@ -472,11 +483,19 @@ func (c *Clouds) serveEntraToken(w http.ResponseWriter, r *http.Request) {
 		oauthError(w, http.StatusBadRequest, "invalid_scope", "AADSTS70011: unexpected scope")
 		return
 	}
-	subject, ok := c.review(r.Context(), f.Get("client_assertion"), "api://AzureADTokenExchange")
 	c.mu.Lock()
 	grant, known := c.azureIDs[tenant+"/"+f.Get("client_id")]
+	secret, hasSecret := c.azureSecret[tenant+"/"+f.Get("client_id")]
 	c.mu.Unlock()
-	if !ok || !known || grant.subject != subject || !c.record("azure:token") {
+	var ok bool
+	if s := f.Get("client_secret"); s != "" {
+		ok = hasSecret && s == secret
+	} else {
+		var subject string
+		subject, ok = c.review(r.Context(), f.Get("client_assertion"), "api://AzureADTokenExchange")
+		ok = ok && grant.subject == subject
+	}
+	if !ok || !known || !c.record("azure:token") {
 		oauthError(w, http.StatusUnauthorized, "invalid_client", "AADSTS700213: No matching federated identity record found for presented assertion subject")
 		return
 	}
