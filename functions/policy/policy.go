@@ -30,6 +30,8 @@
 //	REFLECTOR_LISTEN_HOST   the address cmd/policy serves $PORT on (default: every interface)
 //	REFLECTOR_OIDC_AUDIENCE   require senders to present a ServiceAccount token for this audience
 //	REFLECTOR_OIDC_NAMESPACES and a ServiceAccount of one of these namespaces (comma-separated)
+//	REFLECTOR_FEATURE_GATES, REFLECTOR_DEFAULT_SERVICE_ACCOUNT  as for the scan function: how
+//	                      digest reflection (a HEAD of the latest tag) logs in to cloud registries
 package policy
 
 import (
@@ -40,6 +42,7 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
+	"github.com/imagereflector/reflector/internal/cloudauth"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/function"
 	"github.com/imagereflector/reflector/internal/kube"
@@ -98,9 +101,13 @@ func FromEnv() (*Deps, error) {
 	if err != nil {
 		return nil, err
 	}
+	cloud, err := cloudauth.FromEnv()
+	if err != nil {
+		return nil, err
+	}
 	return &Deps{
 		Kube:     env.Kube,
-		Registry: registry.New(),
+		Registry: registry.New(registry.WithCloudAuth(cloud)),
 		Store:    store.New(env.StoreDir, store.ReadOnly()),
 		Sink:     env.Sink,
 		Recorder: kube.NewRecorder(env.Kube.Core, "reflector-policy", kube.PostingTo(env.FluxEvents)),

@@ -28,6 +28,16 @@
 //	REFLECTOR_OIDC_AUDIENCE         require CloudEvents senders to present a ServiceAccount token
 //	                                for this audience (Knative Eventing's authentication-oidc)
 //	REFLECTOR_OIDC_NAMESPACES       and a ServiceAccount of one of these namespaces (comma-separated)
+//	REFLECTOR_FEATURE_GATES         feature gates as Flux's --feature-gates, e.g.
+//	                                ObjectLevelWorkloadIdentity=true: ImageRepositories with provider
+//	                                aws, azure or gcp may log in as their spec.serviceAccountName
+//	REFLECTOR_DEFAULT_SERVICE_ACCOUNT  Flux's --default-service-account: ImageRepositories with a cloud
+//	                                provider and no spec.serviceAccountName log in as this
+//	                                ServiceAccount of their namespace, never as the scan function
+//
+// The clouds' own variables (AWS_*, AZURE_*, IDENTITY_ENDPOINT, GOOGLE_APPLICATION_CREDENTIALS,
+// GCE_METADATA_HOST) give the scan function its own identity; they are read at the first scan
+// that needs them, not at start-up.
 package scan
 
 import (
@@ -42,6 +52,7 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"golang.org/x/time/rate"
 
+	"github.com/imagereflector/reflector/internal/cloudauth"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/function"
 	"github.com/imagereflector/reflector/internal/kube"
@@ -129,9 +140,13 @@ func FromEnv() (*Deps, error) {
 		}
 		opts = append(opts, receiver.WithRateLimit(rate.Limit(perSecond), burst))
 	}
+	cloud, err := cloudauth.FromEnv()
+	if err != nil {
+		return nil, err
+	}
 	return &Deps{
 		Kube:     env.Kube,
-		Registry: registry.New(),
+		Registry: registry.New(registry.WithCloudAuth(cloud)),
 		Store:    store.New(env.StoreDir),
 		Sink:     env.Sink,
 		Recorder: kube.NewRecorder(env.Kube.Core, "reflector-scan", kube.PostingTo(env.FluxEvents)),

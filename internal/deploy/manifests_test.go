@@ -566,6 +566,40 @@ func TestFluxNotificationsComponentIntegration(t *testing.T) {
 	}
 }
 
+// TestObjectLevelIdentityComponentIntegration applies knative/ with the object-level-identity
+// component: every function that logs in to registries has the feature gate on; without the
+// component none has.
+func TestObjectLevelIdentityComponentIntegration(t *testing.T) {
+	env := testenv.Kube(t)
+	installKnativeCRDs(t, env)
+	ensureNamespace(t, env)
+	a := newApplier(env)
+	const want = "ObjectLevelWorkloadIdentity=true"
+	gates := func(overlay string) map[string]string {
+		got := map[string]string{}
+		for _, obj := range build(t, overlay) {
+			applied, err := a.apply(context.Background(), obj, true)
+			if err != nil {
+				t.Fatalf("%s rejected: %v", key(obj), err)
+			}
+			if obj.GetKind() == "Service" && obj.GetAPIVersion() == "serving.knative.dev/v1" {
+				got[obj.GetName()] = containerEnv(applied)["REFLECTOR_FEATURE_GATES"]
+			}
+		}
+		return got
+	}
+	with := gates(placeholderImages() + "components:\n  - {{knative}}/object-level-identity\n")
+	without := gates(placeholderImages())
+	for _, svc := range []string{"reflector-webhook", "reflector-scan", "reflector-policy"} {
+		if with[svc] != want {
+			t.Errorf("%s with the component: REFLECTOR_FEATURE_GATES %q, want %q", svc, with[svc], want)
+		}
+		if without[svc] != "" {
+			t.Errorf("%s without the component: REFLECTOR_FEATURE_GATES %q", svc, without[svc])
+		}
+	}
+}
+
 // TestStoreIsSharedIntegration: every workload that touches the tag store (both functions'
 // Services and the cron reconciler's Jobs) mounts the one ReadWriteOnce claim where its
 // REFLECTOR_STORE_DIR points, and keeps to the node of the others.

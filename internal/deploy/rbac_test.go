@@ -167,6 +167,12 @@ func TestRBACIntegration(t *testing.T) {
 		_, err := id.dynamic.Resource(secrets).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=reflector-webhook"})
 		return err
 	}
+	serviceAccountToken := func(id identity, namespace string) error {
+		_, err := id.clientset.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, "puller", &authnv1.TokenRequest{
+			Spec: authnv1.TokenRequestSpec{Audiences: []string{"sts.amazonaws.com"}},
+		}, metav1.CreateOptions{})
+		return err
+	}
 	review := func(id identity) error {
 		_, err := id.clientset.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
 			Spec: authnv1.TokenReviewSpec{Token: "not-a-token", Audiences: []string{"reflector-scan"}},
@@ -222,6 +228,7 @@ func TestRBACIntegration(t *testing.T) {
 				_, err := id.clientset.CoreV1().ServiceAccounts(fx.ns).Get(ctx, "puller", metav1.GetOptions{})
 				return err
 			}},
+			{"request a token of the repository's ServiceAccount", true, func(id identity) error { return serviceAccountToken(id, fx.ns) }},
 			{"create an Event", true, event},
 			{"list ImagePolicies", false, func(id identity) error { return list(id, policies) }},
 			{"patch ImagePolicy status", false, func(id identity) error { return merge(id, policies, fx.policy, policyStatus, "status") }},
@@ -238,6 +245,7 @@ func TestRBACIntegration(t *testing.T) {
 				return err
 			}},
 			{"get the repository's credentials Secret", true, func(id identity) error { return get(id, secrets, "registry-credentials") }},
+			{"request a token of the repository's ServiceAccount", true, func(id identity) error { return serviceAccountToken(id, fx.ns) }},
 			{"create an Event", true, event},
 			{"review a token", true, review},
 			{"list the webhook Secrets", false, listWebhookSecrets},
@@ -254,6 +262,7 @@ func TestRBACIntegration(t *testing.T) {
 			{"annotate an ImageRepository", false, func(id identity) error { return merge(id, repositories, fx.repo, annotate) }},
 			{"patch ImagePolicy status", false, func(id identity) error { return merge(id, policies, fx.policy, policyStatus, "status") }},
 			{"remove a finalizer of an ImagePolicy", false, func(id identity) error { return jsonPatch(id, policies, fx.policy, dropFinalizers) }},
+			{"request a token of the repository's ServiceAccount", false, func(id identity) error { return serviceAccountToken(id, fx.ns) }},
 			{"create an Event", false, event},
 		}},
 		{"reflector-source", []check{

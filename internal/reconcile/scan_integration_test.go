@@ -231,6 +231,21 @@ func TestScanIntegrationSpecProblems(t *testing.T) {
 		t.Errorf("aws provider: %+v, %v", out, err)
 	}
 
+	// Object-level workload identity is behind a feature gate, off by default, as in Flux.
+	f.createRepo(t, "gated", func(r *v1.ImageRepository) {
+		r.Spec.Provider = v1.AWSProvider
+		r.Spec.Image = "123456789012.dkr.ecr.us-west-2.amazonaws.com/app"
+		r.Spec.Insecure = false
+		r.Spec.ServiceAccountName = "puller"
+	})
+	if out, err := f.scanner.Scan(ctx, f.ns, "gated", nil); err != nil || !out.Stalled || out.Failure != v1.FeatureGateDisabledReason {
+		t.Errorf("serviceAccountName without the gate: %+v, %v", out, err)
+	}
+	gated := apimeta.FindStatusCondition(f.get(t, "gated").Status.Conditions, v1.StalledCondition)
+	if gated == nil || gated.Reason != v1.FeatureGateDisabledReason || !strings.Contains(gated.Message, "REFLECTOR_FEATURE_GATES=ObjectLevelWorkloadIdentity=true") {
+		t.Errorf("Stalled = %+v", gated)
+	}
+
 	f.reg.Push(t, "paused", "1.0.0")
 	f.createRepo(t, "paused", func(r *v1.ImageRepository) { r.Spec.Suspend = true })
 	if out, err := f.scanner.Scan(ctx, f.ns, "paused", nil); err != nil || out.Skipped != reconcile.SkippedSuspended {

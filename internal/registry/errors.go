@@ -17,7 +17,7 @@ import (
 // errors.As with a *transport.Error reaches them programmatically.
 type Error struct {
 	// Reason is one of v1.AuthenticationFailedReason, v1.ReadOperationFailedReason,
-	// v1.ImageURLInvalidReason and v1.UnsupportedProviderReason.
+	// v1.ImageURLInvalidReason, v1.UnsupportedProviderReason and v1.FeatureGateDisabledReason.
 	Reason string
 	// Err is the underlying failure.
 	Err error
@@ -51,7 +51,7 @@ func Reason(err error) string {
 // the object should be marked Stalled rather than retried.
 func Stalled(err error) bool {
 	switch Reason(err) {
-	case v1.ImageURLInvalidReason, v1.UnsupportedProviderReason:
+	case v1.ImageURLInvalidReason, v1.UnsupportedProviderReason, v1.FeatureGateDisabledReason:
 		return true
 	}
 	return false

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/imagereflector/reflector/internal/cloudauth"
 )
 
 // Option configures a Client.
@@ -62,5 +64,15 @@ func WithRetries(n int, initial, maxBackoff time.Duration) Option {
 			c.initialBackoff = initial
 		}
 		c.maxBackoff = max(maxBackoff, c.initialBackoff)
+	}
+}
+
+// WithCloudAuth sets how scans with spec.provider aws, azure or gcp log in; without it they use
+// the scan function's own identity only, object-level workload identity disabled.
+func WithCloudAuth(a *cloudauth.Authenticator) Option {
+	return func(c *Client) {
+		if a != nil {
+			c.cloud = a
+		}
 	}
 }

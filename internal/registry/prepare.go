@@ -8,11 +8,13 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"k8s.io/client-go/kubernetes"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/cloudauth"
 	"github.com/imagereflector/reflector/internal/imagename"
 )
 
@@ -31,20 +33,17 @@ type Scan struct {
 }
 
 // Prepare checks obj's spec, reads the Secrets and ServiceAccount it refers to from its
-// namespace through kube (which may be nil when it refers to none), and pings the registry
-// with the resulting credentials, TLS and proxy settings. The error is an *Error: an
-// unsupported provider or an invalid image is Stalled, unreadable credentials are
-// AuthenticationFailed. Close the Scan when done with it.
+// namespace through kube (which may be nil when it refers to none), logs in to the cloud of a
+// provider other than generic, and pings the registry with the resulting credentials, TLS and
+// proxy settings. The error is an *Error: an invalid image, a provider that does not serve the
+// image's registry, or object-level identity without its feature gate is Stalled; unreadable or
+// refused credentials are AuthenticationFailed. Close the Scan when done with it.
 func (c *Client) Prepare(ctx context.Context, kube kubernetes.Interface, obj *v1.ImageRepository) (*Scan, error) {
 	s := &Scan{c: c, timeout: obj.GetTimeout()}
 	s.deadline = time.Now().Add(s.timeout)
 	ctx, cancel := context.WithDeadline(ctx, s.deadline)
 	defer cancel()
 
-	if p := obj.GetProvider(); p != v1.GenericProvider {
-		return nil, &Error{Reason: v1.UnsupportedProviderReason, Err: fmt.Errorf(
-			"spec.provider %q is not supported: reflector supports only the generic provider for now (credentials from spec.secretRef or spec.serviceAccountName)", p)}
-	}
 	repo, err := imagename.Parse(obj.Spec.Image, obj.Spec.Insecure)
 	if err != nil {
 		return nil, &Error{Reason: v1.ImageURLInvalidReason, Err: err}
@@ -60,7 +59,7 @@ func (c *Client) Prepare(ctx context.Context, kube kubernetes.Interface, obj *v1
 	}
 
 	sec := &secrets{kube: kube, namespace: obj.Namespace}
-	auth, err := sec.authenticator(ctx, obj, repo.RegistryStr())
+	auth, err := c.authenticator(ctx, kube, sec, obj, repo.RegistryStr())
 	if err != nil {
 		return nil, err
 	}
@@ -120,4 +119,21 @@ func (s *Scan) fail(ctx context.Context, what string, err error) error {
 		return classify(fmt.Errorf("%s: timed out after %s (the ImageRepository's timeout): %w", what, s.timeout, err))
 	}
 	return classify(fmt.Errorf("%s: %w", what, err))
+}
+
+// authenticator returns the credentials of a scan: spec.secretRef's when set, else those of the
+// provider's cloud, else (generic) those of spec.serviceAccountName's image pull secrets.
+func (c *Client) authenticator(ctx context.Context, kube kubernetes.Interface, sec *secrets, obj *v1.ImageRepository, host string) (authn.Authenticator, error) {
+	provider := obj.GetProvider()
+	if provider == v1.GenericProvider || obj.Spec.SecretRef != nil {
+		return sec.authenticator(ctx, obj, host)
+	}
+	cred, err := c.cloud.Login(ctx, kube, provider, obj.Namespace, obj.Spec.ServiceAccountName, host)
+	if err != nil {
+		if ce, ok := errors.AsType[*cloudauth.Error](err); ok {
+			return nil, &Error{Reason: ce.Reason, Err: err}
+		}
+		return nil, &Error{Reason: v1.AuthenticationFailedReason, Err: err}
+	}
+	return authn.FromConfig(cred), nil
 }

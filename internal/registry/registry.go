@@ -1,6 +1,7 @@
 // Package registry lists the tags of an ImageRepository's image and resolves tag digests, with
 // the access options of Flux's image.toolkit.fluxcd.io/v1 API (dockerconfigjson Secrets, a
-// ServiceAccount's image pull secrets, a private CA, client certificates, a proxy, plain HTTP)
+// ServiceAccount's image pull secrets, the cloud logins of spec.provider through
+// internal/cloudauth, a private CA, client certificates, a proxy, plain HTTP)
 // and without tripping registry rate limits: a token bucket per registry host shared by every
 // scan of the process, Retry-After honoured on 429, backoff with jitter on server errors, all
 // inside the object's timeout.
@@ -16,6 +17,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"golang.org/x/time/rate"
+
+	"github.com/imagereflector/reflector/internal/cloudauth"
 )
 
 // Defaults of a Client made without options.
@@ -52,6 +55,7 @@ type Client struct {
 	maxRetries     int
 	initialBackoff time.Duration
 	maxBackoff     time.Duration
+	cloud          *cloudauth.Authenticator
 
 	mu       sync.Mutex
 	limiters map[string]*rate.Limiter
@@ -72,6 +76,9 @@ func New(opts ...Option) *Client {
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.cloud == nil {
+		c.cloud = cloudauth.New()
 	}
 	return c
 }

@@ -19,11 +19,11 @@ func TestPrepareRejectsWhatOnlyASpecChangeFixes(t *testing.T) {
 		says    string
 	}{
 		{"provider aws", func(o *v1.ImageRepository) { o.Spec.Provider = v1.AWSProvider },
-			v1.UnsupportedProviderReason, true, `spec.provider "aws" is not supported: reflector supports only the generic provider for now`},
+			v1.UnsupportedProviderReason, true, `is not an ECR registry`},
 		{"provider azure", func(o *v1.ImageRepository) { o.Spec.Provider = v1.AzureProvider },
-			v1.UnsupportedProviderReason, true, `"azure" is not supported`},
+			v1.UnsupportedProviderReason, true, `is not an Azure Container Registry`},
 		{"provider gcp", func(o *v1.ImageRepository) { o.Spec.Provider = v1.GCPProvider },
-			v1.UnsupportedProviderReason, true, `"gcp" is not supported`},
+			v1.UnsupportedProviderReason, true, `is not an Artifact Registry`},
 		{"a tag in the image", func(o *v1.ImageRepository) { o.Spec.Image += ":v1" },
 			v1.ImageURLInvalidReason, true, "should not contain a tag"},
 		{"a digest in the image", func(o *v1.ImageRepository) { o.Spec.Image += "@sha256:" + sha },

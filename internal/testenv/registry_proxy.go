@@ -28,6 +28,36 @@ type RegistryProxy struct {
 	closed   bool
 	tunnels  sync.WaitGroup
 	forwards *httputil.ReverseProxy
+	routes   map[string]string
+}
+
+// Route makes the proxy tunnel CONNECT requests for host:port to addr, a loopback address, so
+// that a client reaches a test server under a real host name. Once a route is set, the proxy
+// refuses tunnels to any other name that is not a loopback address: tests never reach out.
+func (p *RegistryProxy) Route(hostport, addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.routes == nil {
+		p.routes = map[string]string{}
+	}
+	p.routes[hostport] = addr
+}
+
+// target returns where a tunnel to hostport goes, or false when it may not go anywhere.
+func (p *RegistryProxy) target(hostport string) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if addr, ok := p.routes[hostport]; ok {
+		return addr, true
+	}
+	if p.routes == nil {
+		return hostport, true
+	}
+	host, _, err := net.SplitHostPort(hostport)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		return "", false
+	}
+	return hostport, true
 }
 
 // NewRegistryProxy starts a proxy that requires the given credentials (none if both are
@@ -75,11 +105,20 @@ func (p *RegistryProxy) serve(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "not a proxy request", http.StatusBadRequest)
 			return
 		}
+		if addr, ok := p.target(r.URL.Host); !ok || addr != r.URL.Host {
+			http.Error(w, "no route to "+r.URL.Host+" from the test proxy", http.StatusBadGateway)
+			return
+		}
 		p.log(r.Method + " " + r.URL.String())
 		p.forwards.ServeHTTP(w, r)
 		return
 	}
-	upstream, err := net.DialTimeout("tcp", r.Host, 10*time.Second)
+	addr, ok := p.target(r.Host)
+	if !ok {
+		http.Error(w, "no route to "+r.Host+" from the test proxy", http.StatusBadGateway)
+		return
+	}
+	upstream, err := net.DialTimeout("tcp", addr, 10*time.Second)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return

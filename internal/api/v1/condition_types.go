@@ -57,4 +57,7 @@ const (
 	// UnsupportedProviderReason signals an ImageRepository provider that reflector cannot
 	// authenticate with.
 	UnsupportedProviderReason = "UnsupportedProvider"
+	// FeatureGateDisabledReason signals that the object asks for something that a feature
+	// gate of reflector, off in this installation, would allow: object-level workload identity.
+	FeatureGateDisabledReason = "FeatureGateDisabled"
 )

@@ -1,0 +1,361 @@
+package registry_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/cloudauth"
+	"github.com/imagereflector/reflector/internal/registry"
+	"github.com/imagereflector/reflector/internal/testenv"
+)
+
+const (
+	awsRole     = "arn:aws:iam::123456789012:role/reflector-pull"
+	azureTenant = "72f988bf-0000-0000-0000-000000000001"
+	azureClient = "5c0ffee0-0000-0000-0000-000000000002"
+	gcpWIP      = "projects/123/locations/global/workloadIdentityPools/pool/providers/kube"
+	gcpGSA      = "puller@reflector-test.iam.gserviceaccount.com"
+)
+
+// cloudFixture is the apiserver, the cloud fakes and a namespace for one test.
+type cloudFixture struct {
+	kube   kubernetes.Interface
+	ns     string
+	clouds *testenv.Clouds
+}
+
+func newCloudFixture(t *testing.T) *cloudFixture {
+	t.Helper()
+	kc, ns := kube(t)
+	c := testenv.NewClouds(t, kc)
+	c.Setenv(t)
+	for _, reg := range []*testenv.Registry{c.ECR, c.ACR, c.GAR} {
+		reg.Push(t, "team/app", "1.0.0", "1.1.0")
+	}
+	return &cloudFixture{kube: kc, ns: ns, clouds: c}
+}
+
+// client returns a registry client whose cloud logins go through the fakes.
+func (f *cloudFixture) client(opts ...cloudauth.Option) (*registry.Client, *cloudauth.Authenticator) {
+	tr := f.clouds.Transport()
+	auth := cloudauth.New(append([]cloudauth.Option{cloudauth.WithHTTPClient(&http.Client{Transport: tr})}, opts...)...)
+	return fast(registry.WithTransport(tr), registry.WithCloudAuth(auth)), auth
+}
+
+func (f *cloudFixture) serviceAccount(t *testing.T, name string, annotations map[string]string) {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Annotations: annotations}}
+	if _, err := f.kube.CoreV1().ServiceAccounts(f.ns).Create(context.Background(), sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tokenFile writes a token of ServiceAccount name for audience to a file, as the kubelet
+// projects one into a pod.
+func (f *cloudFixture) tokenFile(t *testing.T, name, audience string) string {
+	t.Helper()
+	tr, err := f.kube.CoreV1().ServiceAccounts(f.ns).CreateToken(context.Background(), name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(tr.Status.Token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func cloudRepository(ns, provider, host, sa string) *v1.ImageRepository {
+	return imageRepository(ns, host+"/team/app", func(o *v1.ImageRepository) {
+		o.Spec.Provider = provider
+		o.Spec.ServiceAccountName = sa
+	})
+}
+
+// wantTags scans obj and expects the two tags every fake registry holds.
+func (f *cloudFixture) wantTags(t *testing.T, c *registry.Client, obj *v1.ImageRepository) {
+	t.Helper()
+	res, err := scan(t, c, f.kube, obj)
+	if err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	if !slices.Equal(res.Tags, []string{"1.0.0", "1.1.0"}) {
+		t.Fatalf("tags %v", res.Tags)
+	}
+}
+
+// wantNoSecret checks that no credential the fakes issued shows in msg.
+func (f *cloudFixture) wantNoSecret(t *testing.T, msg string) {
+	t.Helper()
+	for _, s := range f.clouds.Secrets() {
+		if strings.Contains(msg, s) {
+			t.Errorf("message shows a credential: %q", msg)
+		}
+	}
+	if strings.Contains(msg, "eyJ") {
+		t.Errorf("message shows a JWT: %q", msg)
+	}
+}
+
+// TestIntegrationCloudObjectLevel logs in to ECR, ACR and Artifact Registry as annotated
+// ServiceAccounts: the apiserver issues their tokens, the fakes review them and exchange them.
+func TestIntegrationCloudObjectLevel(t *testing.T) {
+	f := newCloudFixture(t)
+	c, _ := f.client(cloudauth.WithObjectLevelIdentity(true))
+
+	f.serviceAccount(t, "ecr", map[string]string{cloudauth.AWSRoleARNAnnotation: awsRole})
+	f.clouds.AllowAWSRole(awsRole, f.ns, "ecr")
+	f.serviceAccount(t, "acr", map[string]string{
+		cloudauth.AzureTenantIDAnnotation: azureTenant, cloudauth.AzureClientIDAnnotation: azureClient})
+	f.clouds.AllowAzureIdentity(azureTenant, azureClient, f.ns, "acr", true)
+	f.serviceAccount(t, "gar", map[string]string{
+		cloudauth.GCPWorkloadProviderAnnotation: gcpWIP, cloudauth.GCPServiceAccountAnnotation: gcpGSA})
+	f.serviceAccount(t, "gke", map[string]string{cloudauth.GCPServiceAccountAnnotation: gcpGSA})
+	f.clouds.AllowGCPServiceAccount(gcpGSA, f.ns, "gar")
+
+	for _, tt := range []struct {
+		provider, host, sa string
+		calls              []string
+	}{
+		{v1.AWSProvider, testenv.ECRHost, "ecr", []string{"aws:sts", "aws:ecr"}},
+		{v1.AzureProvider, testenv.ACRHost, "acr", []string{"azure:token", "azure:exchange"}},
+		{v1.GCPProvider, testenv.GARHost, "gar", []string{"gcp:sts", "gcp:impersonate"}},
+	} {
+		t.Run(tt.provider, func(t *testing.T) {
+			before := len(f.clouds.Calls())
+			obj := cloudRepository(f.ns, tt.provider, tt.host, tt.sa)
+			f.wantTags(t, c, obj)
+			if got := f.clouds.Calls()[before:]; !slices.Equal(got, tt.calls) {
+				t.Errorf("cloud calls %v, want %v", got, tt.calls)
+			}
+			// The credentials are cached per identity and registry: the next scan asks no cloud.
+			f.wantTags(t, c, obj)
+			if n := len(f.clouds.Calls()); n != before+len(tt.calls) {
+				t.Errorf("a second scan called the cloud again: %v", f.clouds.Calls()[before:])
+			}
+		})
+	}
+
+	t.Run("gcp on GKE without a provider annotation", func(t *testing.T) {
+		f.clouds.AllowGCPServiceAccount(gcpGSA, f.ns, "gke")
+		before := len(f.clouds.Calls())
+		f.wantTags(t, c, cloudRepository(f.ns, v1.GCPProvider, testenv.GARHost, "gke"))
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"gcp:sts", "gcp:impersonate"}) {
+			t.Errorf("cloud calls %v", got)
+		}
+	})
+}
+
+// TestIntegrationCloudControllerLevel logs in with the scan function's own identity, as each
+// cloud's SDK finds it in the environment.
+func TestIntegrationCloudControllerLevel(t *testing.T) {
+	f := newCloudFixture(t)
+	f.serviceAccount(t, "reflector-scan", nil)
+
+	t.Run("aws IRSA", func(t *testing.T) {
+		f.clouds.AllowAWSRole(awsRole, f.ns, "reflector-scan")
+		t.Setenv("AWS_ROLE_ARN", awsRole)
+		t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", f.tokenFile(t, "reflector-scan", cloudauth.AWSAudience))
+		c, _ := f.client()
+		before := len(f.clouds.Calls())
+		f.wantTags(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRHost, ""))
+		f.wantTags(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRPublicHost, ""))
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"aws:sts", "aws:ecr", "aws:sts", "aws:ecr-public"}) {
+			t.Errorf("cloud calls %v", got)
+		}
+	})
+	t.Run("azure workload identity", func(t *testing.T) {
+		f.clouds.AllowAzureIdentity(azureTenant, azureClient, f.ns, "reflector-scan", true)
+		t.Setenv("AZURE_FEDERATED_TOKEN_FILE", f.tokenFile(t, "reflector-scan", cloudauth.AzureAudience))
+		t.Setenv("AZURE_TENANT_ID", azureTenant)
+		t.Setenv("AZURE_CLIENT_ID", azureClient)
+		c, _ := f.client()
+		before := len(f.clouds.Calls())
+		f.wantTags(t, c, cloudRepository(f.ns, v1.AzureProvider, testenv.ACRHost, ""))
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"azure:token", "azure:exchange"}) {
+			t.Errorf("cloud calls %v", got)
+		}
+	})
+	t.Run("azure client secret", func(t *testing.T) {
+		f.clouds.AllowAzureSecret(azureTenant, "app-client", "app-secret")
+		t.Setenv("AZURE_TENANT_ID", azureTenant)
+		t.Setenv("AZURE_CLIENT_ID", "app-client")
+		t.Setenv("AZURE_CLIENT_SECRET", "app-secret")
+		c, _ := f.client()
+		before := len(f.clouds.Calls())
+		f.wantTags(t, c, cloudRepository(f.ns, v1.AzureProvider, testenv.ACRHost, ""))
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"azure:token", "azure:exchange"}) {
+			t.Errorf("cloud calls %v", got)
+		}
+	})
+	t.Run("azure managed identity", func(t *testing.T) {
+		c, _ := f.client()
+		before := len(f.clouds.Calls())
+		f.wantTags(t, c, cloudRepository(f.ns, v1.AzureProvider, testenv.ACRHost, ""))
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"azure:msi", "azure:exchange"}) {
+			t.Errorf("cloud calls %v", got)
+		}
+	})
+	t.Run("gcp metadata server", func(t *testing.T) {
+		c, _ := f.client()
+		before := len(f.clouds.Calls())
+		f.wantTags(t, c, cloudRepository(f.ns, v1.GCPProvider, testenv.GARHost, ""))
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"gcp:metadata"}) {
+			t.Errorf("cloud calls %v", got)
+		}
+	})
+	t.Run("gcp external account", func(t *testing.T) {
+		f.clouds.AllowGCPServiceAccount(gcpGSA, f.ns, "reflector-scan")
+		token := f.tokenFile(t, "reflector-scan", "https://iam.googleapis.com/"+gcpWIP)
+		t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", f.clouds.GCPExternalAccount(t, gcpWIP, gcpGSA, token))
+		c, _ := f.client()
+		before := len(f.clouds.Calls())
+		f.wantTags(t, c, cloudRepository(f.ns, v1.GCPProvider, testenv.GARHost, ""))
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"gcp:sts", "gcp:impersonate"}) {
+			t.Errorf("cloud calls %v", got)
+		}
+	})
+}
+
+// TestIntegrationCloudFailures checks that each way a cloud login fails ends in a reason and a
+// message that says what to fix, and never in a credential.
+func TestIntegrationCloudFailures(t *testing.T) {
+	f := newCloudFixture(t)
+	gated, _ := f.client(cloudauth.WithObjectLevelIdentity(true))
+	ungated, _ := f.client()
+
+	f.serviceAccount(t, "wrong-role", map[string]string{cloudauth.AWSRoleARNAnnotation: "arn:aws:iam::123456789012:role/other"})
+	f.serviceAccount(t, "bare", nil)
+	f.serviceAccount(t, "no-pull", map[string]string{
+		cloudauth.AzureTenantIDAnnotation: azureTenant, cloudauth.AzureClientIDAnnotation: azureClient})
+	f.clouds.AllowAzureIdentity(azureTenant, azureClient, f.ns, "no-pull", false)
+	f.serviceAccount(t, "not-federated", map[string]string{
+		cloudauth.AzureTenantIDAnnotation: azureTenant, cloudauth.AzureClientIDAnnotation: "other-client"})
+	f.serviceAccount(t, "no-impersonation", map[string]string{
+		cloudauth.GCPWorkloadProviderAnnotation: gcpWIP, cloudauth.GCPServiceAccountAnnotation: gcpGSA})
+	f.clouds.AllowAWSRole(awsRole, f.ns, "ecr")
+
+	tests := []struct {
+		name     string
+		client   *registry.Client
+		obj      *v1.ImageRepository
+		reason   string
+		stalled  bool
+		messages []string
+	}{
+		{"gate off", ungated, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRHost, "bare"),
+			v1.FeatureGateDisabledReason, true, []string{"ObjectLevelWorkloadIdentity", `spec.serviceAccountName "bare"`}},
+		{"provider does not serve the host", gated, cloudRepository(f.ns, v1.AWSProvider, testenv.GARHost, ""),
+			v1.UnsupportedProviderReason, true, []string{"us-docker.pkg.dev is not an ECR registry"}},
+		{"wrong role", gated, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRHost, "wrong-role"),
+			v1.AuthenticationFailedReason, false, []string{"STS refused AssumeRoleWithWebIdentity", "role/other", "trust policy", "AccessDenied"}},
+		{"missing role annotation", gated, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRHost, "bare"),
+			v1.AuthenticationFailedReason, false, []string{"has no annotation eks.amazonaws.com/role-arn"}},
+		{"missing service account", gated, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRHost, "ghost"),
+			v1.AuthenticationFailedReason, false, []string{"serviceaccount " + f.ns + "/ghost not found"}},
+		{"no aws credentials in the environment", gated, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRHost, ""),
+			v1.AuthenticationFailedReason, false, []string{"no usable credentials in the scan function's environment"}},
+		{"missing azure annotations", gated, cloudRepository(f.ns, v1.AzureProvider, testenv.ACRHost, "bare"),
+			v1.AuthenticationFailedReason, false, []string{"has no annotation azure.workload.identity/tenant-id"}},
+		{"azure federation refused", gated, cloudRepository(f.ns, v1.AzureProvider, testenv.ACRHost, "not-federated"),
+			v1.AuthenticationFailedReason, false, []string{"Entra ID refused the federated credential", "AADSTS700213", "api://AzureADTokenExchange"}},
+		{"acr exchange refused", gated, cloudRepository(f.ns, v1.AzureProvider, testenv.ACRHost, "no-pull"),
+			v1.AuthenticationFailedReason, false, []string{"x.azurecr.io refused to exchange", "AcrPull"}},
+		{"gcp impersonation refused", gated, cloudRepository(f.ns, v1.GCPProvider, testenv.GARHost, "no-impersonation"),
+			v1.AuthenticationFailedReason, false, []string{"iam.serviceAccounts.getAccessToken", cloudauth.GCPServiceAccountAnnotation}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := scan(t, tt.client, f.kube, tt.obj)
+			wantError(t, err, tt.reason, tt.messages...)
+			if got := registry.Stalled(err); got != tt.stalled {
+				t.Errorf("Stalled = %v, want %v", got, tt.stalled)
+			}
+			f.wantNoSecret(t, err.Error())
+		})
+	}
+	for _, reg := range []*testenv.Registry{f.clouds.ECR, f.clouds.ACR, f.clouds.GAR} {
+		if n := reg.RequestCount(); n != 0 {
+			t.Errorf("%d requests reached a registry without credentials", n)
+		}
+	}
+}
+
+// TestIntegrationCloudDefaultServiceAccount checks the multi-tenant lockdown: objects without
+// spec.serviceAccountName log in as the default ServiceAccount of their namespace, never as the
+// scan function, and only with the feature gate on.
+func TestIntegrationCloudDefaultServiceAccount(t *testing.T) {
+	f := newCloudFixture(t)
+	f.serviceAccount(t, "tenant", map[string]string{cloudauth.AWSRoleARNAnnotation: awsRole})
+	f.clouds.AllowAWSRole(awsRole, f.ns, "tenant")
+
+	off, _ := f.client(cloudauth.WithDefaultServiceAccount("tenant"))
+	_, err := scan(t, off, f.kube, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRHost, ""))
+	wantError(t, err, v1.FeatureGateDisabledReason, `default serviceaccount "tenant"`, "REFLECTOR_DEFAULT_SERVICE_ACCOUNT")
+
+	on, _ := f.client(cloudauth.WithDefaultServiceAccount("tenant"), cloudauth.WithObjectLevelIdentity(true))
+	f.wantTags(t, on, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRHost, ""))
+
+	other := testenv.Kube(t).Namespace(t)
+	_, err = scan(t, on, f.kube, cloudRepository(other, v1.AWSProvider, testenv.ECRHost, ""))
+	wantError(t, err, v1.AuthenticationFailedReason, "the default serviceaccount: serviceaccount "+other+"/tenant not found")
+}
+
+// TestIntegrationCloudRenewal checks that cached credentials are renewed before they expire.
+func TestIntegrationCloudRenewal(t *testing.T) {
+	f := newCloudFixture(t)
+	now := time.Now()
+	clock := func() time.Time { return now }
+	c, _ := f.client(cloudauth.WithClock(clock))
+	obj := cloudRepository(f.ns, v1.GCPProvider, testenv.GARHost, "")
+	f.wantTags(t, c, obj)
+	f.wantTags(t, c, obj)
+	if got := f.clouds.Calls(); !slices.Equal(got, []string{"gcp:metadata"}) {
+		t.Fatalf("cloud calls %v", got)
+	}
+	// The metadata server's token lives an hour; 56 minutes later it is due for renewal.
+	now = now.Add(56 * time.Minute)
+	f.wantTags(t, c, obj)
+	if got := f.clouds.Calls(); !slices.Equal(got, []string{"gcp:metadata", "gcp:metadata"}) {
+		t.Fatalf("cloud calls %v", got)
+	}
+}
+
+// TestIntegrationCloudConcurrentScansShareALogin: scans that miss the cache together ask the
+// cloud once.
+func TestIntegrationCloudConcurrentScansShareALogin(t *testing.T) {
+	f := newCloudFixture(t)
+	c, _ := f.client()
+	obj := cloudRepository(f.ns, v1.GCPProvider, testenv.GARHost, "")
+	errs := make(chan error, 8)
+	for range cap(errs) {
+		go func() {
+			s, err := c.Prepare(context.Background(), f.kube, obj)
+			if err == nil {
+				s.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if got := f.clouds.Calls(); !slices.Equal(got, []string{"gcp:metadata"}) {
+		t.Errorf("cloud calls %v, want one", got)
+	}
+}
