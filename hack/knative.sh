@@ -31,17 +31,24 @@ mkdir -p "$BIN"
 log() { echo "knative: $*" >&2; }
 
 # patched_modfile MODULE_DIR WORK writes WORK/go.mod and go.sum: the module's, with
-# knative.dev/pkg replaced by a copy that carries the files of the overlay.
+# knative.dev/pkg replaced by a copy that carries the files of the overlay. The copy stays in the
+# cache at a path of its own, so that Go's build cache serves a second build.
 patched_modfile() {
-  local mod=$1 work=$2 pkg
+  local mod=$1 work=$2 pkg version copy
   pkg=$(cd "$mod" && go list -m -f '{{.Dir}}' knative.dev/pkg)
+  version=$(cd "$mod" && go list -m -f '{{.Version}}' knative.dev/pkg)
+  copy=$CACHE/src/knative-pkg-$version-$PATCH
+  if [ ! -d "$copy" ]; then
+    rm -rf "$copy.tmp" && mkdir -p "$CACHE/src"
+    cp -r "$pkg" "$copy.tmp"
+    chmod -R u+w "$copy.tmp"
+    cp -r "$OVERLAY/." "$copy.tmp/"
+    mv "$copy.tmp" "$copy"
+  fi
   mkdir -p "$work"
-  cp -r "$pkg" "$work/pkg"
-  chmod -R u+w "$work/pkg"
-  cp -r "$OVERLAY/." "$work/pkg/"
   cp "$mod/go.mod" "$work/go.mod"
   cp "$mod/go.sum" "$work/go.sum"
-  go mod edit -modfile="$work/go.mod" -replace "knative.dev/pkg=$work/pkg"
+  go mod edit -modfile="$work/go.mod" -replace "knative.dev/pkg=$copy"
 }
 
 build_serving() {
@@ -52,7 +59,7 @@ build_serving() {
   patched_modfile tools/knative-serving "$work"
   (
     cd tools/knative-serving
-    go build -modfile="$work/go.mod" -o "$tmp/" knative.dev/serving/cmd/controller knative.dev/serving/cmd/webhook
+    go build -trimpath -modfile="$work/go.mod" -o "$tmp/" knative.dev/serving/cmd/controller knative.dev/serving/cmd/webhook
   )
   rm -rf "$work" "$dir" && mv "$tmp" "$dir"
 }
@@ -65,8 +72,8 @@ build_eventing() {
   patched_modfile tools/knative "$work"
   (
     cd tools/knative
-    go build -modfile="$work/go.mod" -o "$tmp/" knative.dev/eventing/cmd/controller knative.dev/eventing/cmd/webhook
-    go build -modfile="$work/go.mod" -o "$tmp/apiserver_receive_adapter" ./adapter
+    go build -trimpath -modfile="$work/go.mod" -o "$tmp/" knative.dev/eventing/cmd/controller knative.dev/eventing/cmd/webhook
+    go build -trimpath -modfile="$work/go.mod" -o "$tmp/apiserver_receive_adapter" ./adapter
   )
   rm -rf "$work" "$dir" && mv "$tmp" "$dir"
 }

@@ -120,8 +120,8 @@ func KnativeEnv(t testing.TB, opts KnativeOptions) (*Env, *Knative) {
 func (e *Env) StartKnative(ctx context.Context, opts KnativeOptions) (*Knative, error) {
 	kn := &Knative{}
 	type component struct {
-		name, namespace, dir string
-		programs             []string // deployment names to run
+		name, namespace string
+		programs        []string // the Deployments of config/core to run
 	}
 	var comps []component
 	if opts.Serving {
@@ -137,13 +137,11 @@ func (e *Env) StartKnative(ctx context.Context, opts KnativeOptions) (*Knative, 
 		}
 		comps = append(comps, c)
 	}
-	for i := range comps {
-		c := &comps[i]
+	for _, c := range comps {
 		bin, version, err := KnativeBinDir(c.name)
 		if err != nil {
 			return nil, err
 		}
-		c.dir = bin
 		if c.name == "serving" {
 			kn.ServingVersion = version
 		} else {
