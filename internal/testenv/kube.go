@@ -216,12 +216,14 @@ func (e *Env) Dynamic() dynamic.Interface { return e.dynamic }
 func (e *Env) Stop() error {
 	var wg sync.WaitGroup
 	for _, cmd := range e.programs {
-		wg.Go(func() { stopProcess(cmd) })
+		// Knative's webhooks keep serving for a drain period (45 s) after SIGTERM, for the
+		// endpoints of a Service to move on; nothing here needs that.
+		wg.Go(func() { stopProcess(cmd, time.Second) })
 	}
 	wg.Wait()
 	e.programs = nil
 	for i := len(e.procs) - 1; i >= 0; i-- {
-		stopProcess(e.procs[i])
+		stopProcess(e.procs[i], 10*time.Second)
 	}
 	e.procs = nil
 	if e.temporary {
@@ -230,14 +232,14 @@ func (e *Env) Stop() error {
 	return nil
 }
 
-// stopProcess sends SIGTERM, and SIGKILL after 10 seconds, and waits for the process to exit.
-func stopProcess(cmd *exec.Cmd) {
+// stopProcess sends SIGTERM, and SIGKILL after grace, and waits for the process to exit.
+func stopProcess(cmd *exec.Cmd, grace time.Duration) {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(grace):
 		_ = cmd.Process.Kill()
 		<-done
 	}
