@@ -110,8 +110,10 @@ func TestKnativeIntegration(t *testing.T) {
 			// still meet the defaults, so it is tried until the flags have reached the webhook.
 			waited = true
 			testenv.Eventually(t, 30*time.Second, func() error {
-				_, err := a.apply(ctx, obj, true)
-				return err
+				if _, err := a.apply(ctx, obj, true); err != nil {
+					return fmt.Errorf("with the feature flags docs/deploy.md lists (%v), %s is refused: %w", features, key(obj), err)
+				}
+				return nil
 			})
 		}
 		if _, err := a.apply(ctx, obj, false); err != nil {
@@ -128,6 +130,9 @@ func TestKnativeIntegration(t *testing.T) {
 		b, err := dyn.Resource(brokers).Namespace(namespace).Get(ctx, "default", metav1.GetOptions{})
 		if err != nil {
 			return err
+		}
+		if class := b.GetAnnotations()["eventing.knative.dev/broker.class"]; class == "" {
+			t.Fatal("Eventing's defaulting webhook gave the Broker no class")
 		}
 		if err := unstructured.SetNestedField(b.Object, map[string]any{"url": sink}, "status", "address"); err != nil {
 			return err
