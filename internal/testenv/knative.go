@@ -70,7 +70,10 @@ func KnativeBinDir(component string) (dir, version string, err error) {
 	if len(parts) != 2 || !strings.HasPrefix(parts[0], "v") {
 		return "", "", fmt.Errorf("%w (%s points at %s, built by an older hack/knative.sh)", ErrKnativeMissing, link, target)
 	}
-	dir = filepath.Join(BinDir(), target)
+	dir = target
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(BinDir(), target)
+	}
 	for _, b := range knativeBinaries[component] {
 		if _, err := os.Stat(filepath.Join(dir, b.binary)); err != nil {
 			return "", "", fmt.Errorf("%w (%v)", ErrKnativeMissing, err)
