@@ -43,7 +43,8 @@ testenv:
 	./hack/testenv.sh
 
 ## knative-env: build Knative Serving's and Eventing's controllers and webhooks and the
-## ApiServerSource receive adapter into the cache once (hack/knative.sh).
+## ApiServerSource receive adapter into the cache once (hack/knative.sh), with their probe port
+## movable so that they can share one host.
 knative-env:
 	./hack/knative.sh
 

@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -27,11 +28,13 @@ import (
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
-// The Knative releases whose CRDs the manifests are checked against. The proxy does not list
-// eventing's versions, so both are pinned exactly.
+// The Knative releases whose CRDs the dry runs check the manifests against: the ones
+// hack/knative.sh builds (hack/tools/knative*/go.mod), whose control planes
+// TestKnativeIntegration runs. The proxy does not list eventing's versions, so both are pinned
+// exactly.
 const (
-	servingModule  = "knative.dev/serving@v0.51.0"
-	eventingModule = "knative.dev/eventing@v0.47.0"
+	servingModule  = "knative.dev/serving@v0.50.0"
+	eventingModule = "knative.dev/eventing@v0.50.0"
 )
 
 // namespace is where knative/ installs reflector.
@@ -256,10 +259,24 @@ func key(obj *unstructured.Unstructured) string {
 	return obj.GetKind() + " " + obj.GetNamespace() + "/" + obj.GetName()
 }
 
+// knativeCheck says which check of knative/ runs: this package's dry runs against Knative's
+// CRDs always, TestKnativeIntegration with Knative's own control planes when they are built.
+func knativeCheck() string {
+	_, _, serr := testenv.KnativeBinDir("serving")
+	_, _, eerr := testenv.KnativeBinDir("eventing")
+	if err := errors.Join(serr, eerr); err != nil {
+		return "server-side dry run against Knative's CRDs only, without Knative's webhooks; " +
+			"TestKnativeIntegration is skipped: " + err.Error()
+	}
+	return "server-side dry run against Knative's CRDs; TestKnativeIntegration checks knative/ " +
+		"with Knative's own webhooks and controllers too"
+}
+
 // TestManifestsDryRunIntegration applies everything `kubectl apply -k knative/` would apply, by
 // server-side dry-run, to an apiserver that serves reflector's and Knative's CRDs.
 func TestManifestsDryRunIntegration(t *testing.T) {
 	env := testenv.Kube(t)
+	t.Log(knativeCheck())
 	installKnativeCRDs(t, env)
 	ensureNamespace(t, env)
 	ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,6 +44,8 @@ type Env struct {
 	clientset kubernetes.Interface
 	dynamic   dynamic.Interface
 	procs     []*exec.Cmd
+	// programs run against the apiserver (Knative's); Stop stops them together, first.
+	programs  []*exec.Cmd
 	temporary bool
 }
 
@@ -208,19 +211,19 @@ func (e *Env) Clientset() kubernetes.Interface { return e.clientset }
 // Dynamic returns a dynamic client with admin rights.
 func (e *Env) Dynamic() dynamic.Interface { return e.dynamic }
 
-// Stop stops kube-apiserver and etcd, in that order, and removes a temporary state directory.
+// Stop stops the programs started against the apiserver (StartKnative's), then kube-apiserver
+// and etcd, in that order, and removes a temporary state directory.
 func (e *Env) Stop() error {
+	var wg sync.WaitGroup
+	for _, cmd := range e.programs {
+		// Knative's webhooks keep serving for a drain period (45 s) after SIGTERM, for the
+		// endpoints of a Service to move on; nothing here needs that.
+		wg.Go(func() { stopProcess(cmd, time.Second) })
+	}
+	wg.Wait()
+	e.programs = nil
 	for i := len(e.procs) - 1; i >= 0; i-- {
-		cmd := e.procs[i]
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+		stopProcess(e.procs[i], 10*time.Second)
 	}
 	e.procs = nil
 	if e.temporary {
@@ -229,21 +232,54 @@ func (e *Env) Stop() error {
 	return nil
 }
 
+// stopProcess sends SIGTERM, and SIGKILL after grace, and waits for the process to exit.
+func stopProcess(cmd *exec.Cmd, grace time.Duration) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
 func (e *Env) startProcess(ctx context.Context, name, bin string, args ...string) error {
+	cmd, err := e.startProcessEnv(name, bin, nil, args...)
+	if err == nil {
+		e.procs = append(e.procs, cmd)
+	}
+	return err
+}
+
+// startProgram starts a program that runs against the apiserver, with the environment environ;
+// Stop stops it before the apiserver.
+func (e *Env) startProgram(name, bin string, environ []string, args ...string) error {
+	cmd, err := e.startProcessEnv(name, bin, environ, args...)
+	if err == nil {
+		e.programs = append(e.programs, cmd)
+	}
+	return err
+}
+
+// startProcessEnv starts bin with the environment environ (nil: this process's), logging to
+// <Dir>/<name>.log.
+func (e *Env) startProcessEnv(name, bin string, environ []string, args ...string) (*exec.Cmd, error) {
 	logFile, err := os.OpenFile(filepath.Join(e.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer logFile.Close()
 	cmd := exec.Command(bin, args...)
+	cmd.Env = environ
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The processes must not outlive a test binary that dies without calling Stop.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", name, err)
+		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	e.procs = append(e.procs, cmd)
-	return nil
+	return cmd, nil
 }
 
 func (e *Env) writeKubeconfig(p *pki) (string, error) {

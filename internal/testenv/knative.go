@@ -1,0 +1,474 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// KnativeOptions choose which of Knative's programs StartKnative runs. Each needs `make
+// knative-env` (hack/knative.sh), which builds them so that their probe server, fixed on port
+// 8080 in Knative's code, listens where KNATIVE_PROBES_PORT says: every port here is a free one
+// picked at start, so several environments and `make run` can share a host.
+type KnativeOptions struct {
+	// Serving runs Serving's webhook and controller: Services, Configurations, Revisions and
+	// their Deployments and PodAutoscalers. Routes and Services never become Ready: there is no
+	// ingress, autoscaler or kubelet.
+	Serving bool
+	// Eventing runs Eventing's webhook, which also runs the SinkBinding controller.
+	Eventing bool
+	// EventingController runs Eventing's controller too (sources, Triggers, Channels).
+	EventingController bool
+}
+
+// Knative is what StartKnative started. Env.Stop stops its processes, before the apiserver.
+type Knative struct {
+	// ServingVersion and EventingVersion are the versions of the programs, and of the module
+	// whose config/core YAML was applied.
+	ServingVersion, EventingVersion string
+}
+
+// ErrKnativeMissing is the error of StartKnative when `make knative-env` has not built the
+// programs it needs.
+var ErrKnativeMissing = errors.New("knative programs not built: run `make knative-env`")
+
+// knativeBinaries lists each component's programs: the Deployment of Knative's config/core
+// that describes it, the binary, and the name of its webhook Service when it is a webhook.
+var knativeBinaries = map[string][]struct{ deployment, binary, service string }{
+	"serving":  {{"webhook", "webhook", "webhook"}, {"controller", "controller", ""}},
+	"eventing": {{"eventing-webhook", "webhook", "eventing-webhook"}, {"eventing-controller", "controller", ""}},
+}
+
+// KnativeBinDir returns where hack/knative.sh leaves a component's ("serving" or "eventing")
+// programs, and their version; an error wraps ErrKnativeMissing.
+func KnativeBinDir(component string) (dir, version string, err error) {
+	link := filepath.Join(BinDir(), "knative-"+component)
+	target, err := os.Readlink(link)
+	if err != nil {
+		return "", "", fmt.Errorf("%w (%s: %v)", ErrKnativeMissing, link, err)
+	}
+	// knative-<component>-<version>-<probe patch>
+	parts := strings.Split(strings.TrimPrefix(filepath.Base(target), "knative-"+component+"-"), "-")
+	if len(parts) != 2 || !strings.HasPrefix(parts[0], "v") {
+		return "", "", fmt.Errorf("%w (%s points at %s, built by an older hack/knative.sh)", ErrKnativeMissing, link, target)
+	}
+	dir = target
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(BinDir(), target)
+	}
+	for _, b := range knativeBinaries[component] {
+		if _, err := os.Stat(filepath.Join(dir, b.binary)); err != nil {
+			return "", "", fmt.Errorf("%w (%v)", ErrKnativeMissing, err)
+		}
+	}
+	return dir, parts[0], nil
+}
+
+// KnativeEnv starts an apiserver of the test's own, with Knative's programs, and stops both when
+// the test ends. Knative's webhooks stay registered in the apiserver they ran against, so they
+// never share Kube's. Under -short the test is skipped, and so it is when the programs are not
+// built, with the command that builds them.
+func KnativeEnv(t testing.TB, opts KnativeOptions) (*Env, *Knative) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: starts kube-apiserver and Knative's control planes; run it without -short")
+	}
+	for _, c := range []struct {
+		on   bool
+		name string
+	}{{opts.Serving, "serving"}, {opts.Eventing || opts.EventingController, "eventing"}} {
+		if _, _, err := KnativeBinDir(c.name); c.on && err != nil {
+			t.Skipf("Knative %s is not built: %v", c.name, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	env, err := Start(ctx, Options{})
+	if err != nil {
+		t.Fatalf("starting kube-apiserver: %v", err)
+	}
+	t.Cleanup(func() { env.Stop() })
+	kn, err := env.StartKnative(ctx, opts)
+	if err != nil {
+		t.Fatalf("starting Knative: %v", err)
+	}
+	return env, kn
+}
+
+// StartKnative installs Knative's config/core YAML (CRDs, ConfigMaps, webhook configurations,
+// RBAC; the `ko://` images of its ConfigMaps become `ko.local/...`, which Serving does not try to
+// resolve) into e, and runs the chosen programs on this host against it. A webhook is reached
+// through a Service of type ExternalName that names localhost, on the port the webhook
+// configurations name; the webhook's own certificate controller fills its Secret, and the
+// webhook configurations get their CA bundle and rules from the webhook itself. It returns once
+// every webhook is registered and answers, and every controller reports ready.
+func (e *Env) StartKnative(ctx context.Context, opts KnativeOptions) (*Knative, error) {
+	kn := &Knative{}
+	type component struct {
+		name, namespace string
+		programs        []string // the Deployments of config/core to run
+	}
+	var comps []component
+	if opts.Serving {
+		comps = append(comps, component{name: "serving", namespace: "knative-serving", programs: []string{"webhook", "controller"}})
+	}
+	if opts.Eventing || opts.EventingController {
+		c := component{name: "eventing", namespace: "knative-eventing"}
+		if opts.Eventing {
+			c.programs = append(c.programs, "eventing-webhook")
+		}
+		if opts.EventingController {
+			c.programs = append(c.programs, "eventing-controller")
+		}
+		comps = append(comps, c)
+	}
+	for _, c := range comps {
+		bin, version, err := KnativeBinDir(c.name)
+		if err != nil {
+			return nil, err
+		}
+		if c.name == "serving" {
+			kn.ServingVersion = version
+		} else {
+			kn.EventingVersion = version
+		}
+		modDir, err := moduleDir(ctx, "knative.dev/"+c.name+"@"+version)
+		if err != nil {
+			return nil, err
+		}
+		yamlDirs := []string{filepath.Join(modDir, "config", "core")}
+		if c.name == "serving" {
+			// Serving's release takes the CRDs of networking's Ingresses, Certificates and
+			// ServerlessServices, config-network and the caching Image CRD from the modules
+			// it requires (symbolic links in its repository, absent from its module zip).
+			for _, dep := range []string{"knative.dev/networking", "knative.dev/caching"} {
+				dir, err := requiredModuleDir(ctx, modDir, dep)
+				if err != nil {
+					return nil, err
+				}
+				yamlDirs = append(yamlDirs, filepath.Join(dir, "config"))
+			}
+		}
+		if err := e.startKnativeComponent(ctx, c.name, c.namespace, bin, yamlDirs, c.programs); err != nil {
+			return nil, fmt.Errorf("knative %s: %w", c.name, err)
+		}
+	}
+	return kn, nil
+}
+
+func (e *Env) startKnativeComponent(ctx context.Context, name, namespace, bin string, yamlDirs []string, programs []string) error {
+	var first, rest, deployments []*unstructured.Unstructured
+	walk := func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		objs, err := DecodeYAML(bytes.ReplaceAll(b, []byte("ko://"), []byte("ko.local/")))
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		for _, o := range objs {
+			switch {
+			case filepath.Base(filepath.Dir(path)) == "deployments":
+				// The programs run on this host; their Deployments only describe them.
+				if o.GetKind() == "Deployment" {
+					deployments = append(deployments, o)
+				}
+			case o.GetKind() == "Namespace" || o.GetKind() == "CustomResourceDefinition":
+				first = append(first, o)
+			default:
+				rest = append(rest, o)
+			}
+		}
+		return nil
+	}
+	for _, dir := range yamlDirs {
+		if err := filepath.WalkDir(dir, walk); err != nil {
+			return err
+		}
+	}
+	if err := e.applyObjects(ctx, first); err != nil {
+		return err
+	}
+	for _, o := range first {
+		if o.GetKind() == "CustomResourceDefinition" {
+			if err := e.waitEstablished(ctx, o.GetName()); err != nil {
+				return err
+			}
+		}
+	}
+
+	// One free port per webhook, written into its webhook configurations and its Service.
+	ports := map[string]int{} // webhook Service -> port
+	for _, b := range knativeBinaries[name] {
+		if b.service != "" {
+			p, err := FreePort()
+			if err != nil {
+				return err
+			}
+			ports[b.service] = p
+		}
+	}
+	var webhookConfigs []*unstructured.Unstructured
+	for _, o := range rest {
+		if o.GetKind() != "MutatingWebhookConfiguration" && o.GetKind() != "ValidatingWebhookConfiguration" {
+			continue
+		}
+		whs, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+		for _, w := range whs {
+			svc, _, _ := unstructured.NestedMap(w.(map[string]any), "clientConfig", "service")
+			svcName, _ := svc["name"].(string)
+			if p, ok := ports[svcName]; ok {
+				svc["port"] = int64(p)
+				_ = unstructured.SetNestedMap(w.(map[string]any), svc, "clientConfig", "service")
+			}
+		}
+		_ = unstructured.SetNestedSlice(o.Object, whs, "webhooks")
+		webhookConfigs = append(webhookConfigs, o)
+	}
+	for svcName, p := range ports {
+		rest = append(rest, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Service",
+			"metadata": map[string]any{"name": svcName, "namespace": namespace},
+			"spec": map[string]any{
+				"type": "ExternalName", "externalName": "localhost",
+				"ports": []any{map[string]any{"name": "https-webhook", "port": int64(p)}},
+			},
+		}})
+	}
+	if err := e.applyObjects(ctx, rest); err != nil {
+		return err
+	}
+
+	for _, program := range programs {
+		var dep *unstructured.Unstructured
+		for _, d := range deployments {
+			if d.GetName() == program {
+				dep = d
+			}
+		}
+		if dep == nil {
+			return fmt.Errorf("no Deployment %s in %s", program, yamlDirs[0])
+		}
+		var binary, service string
+		for _, b := range knativeBinaries[name] {
+			if b.deployment == program {
+				binary, service = b.binary, b.service
+			}
+		}
+		environ, err := e.knativeEnviron(ctx, dep, namespace)
+		if err != nil {
+			return err
+		}
+		probes, err := FreePort()
+		if err != nil {
+			return err
+		}
+		pprofPort, err := FreePort()
+		if err != nil {
+			return err
+		}
+		metrics, err := FreePort()
+		if err != nil {
+			return err
+		}
+		if v, err := e.clientset.Discovery().ServerVersion(); err == nil && strings.HasPrefix(v.GitVersion, "v0.0.0-") {
+			// hack/testenv.sh builds kube-apiserver without a version stamp.
+			environ = append(environ, "KUBERNETES_MIN_VERSION=v0.0.0")
+		}
+		environ = append(environ,
+			"KNATIVE_PROBES_PORT="+strconv.Itoa(probes),
+			"PROFILING_PORT="+strconv.Itoa(pprofPort),
+			"METRICS_PROMETHEUS_PORT="+strconv.Itoa(metrics),
+			"KUBECONFIG="+e.Kubeconfig,
+		)
+		if service != "" {
+			environ = append(environ, "WEBHOOK_PORT="+strconv.Itoa(ports[service]))
+		}
+		logName := "knative-" + name + "-" + binary
+		if err := e.startProgram(logName, filepath.Join(bin, binary), environ, "--kubeconfig="+e.Kubeconfig); err != nil {
+			return err
+		}
+		logPath := filepath.Join(e.Dir, logName+".log")
+		if service != "" {
+			if err := waitFor(ctx, 90*time.Second, logName, logPath, func() error {
+				return e.webhookReady(ctx, webhookConfigs, service, ports[service])
+			}); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := waitFor(ctx, 90*time.Second, logName, logPath, func() error {
+			resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(probes) + "/readiness")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("readiness: %s", resp.Status)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// knativeEnviron is the environment of a Deployment's first container as a pod would see it,
+// with this process's own environment (PATH, HOME) underneath: values as written, the pod's
+// namespace and name from fieldRefs, and ConfigMap values from the apiserver.
+func (e *Env) knativeEnviron(ctx context.Context, dep *unstructured.Unstructured, namespace string) ([]string, error) {
+	var environ []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "KUBECONFIG=") {
+			environ = append(environ, kv)
+		}
+	}
+	containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	if len(containers) == 0 {
+		return nil, fmt.Errorf("Deployment %s has no container", dep.GetName())
+	}
+	envs, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "env")
+	for _, v := range envs {
+		m := v.(map[string]any)
+		name, _ := m["name"].(string)
+		if value, ok := m["value"].(string); ok {
+			environ = append(environ, name+"="+value)
+			continue
+		}
+		if path, ok, _ := unstructured.NestedString(m, "valueFrom", "fieldRef", "fieldPath"); ok {
+			switch path {
+			case "metadata.namespace":
+				environ = append(environ, name+"="+namespace)
+			case "metadata.name":
+				environ = append(environ, name+"="+dep.GetName()+"-0")
+			}
+			continue
+		}
+		if ref, ok, _ := unstructured.NestedStringMap(m, "valueFrom", "configMapKeyRef"); ok {
+			cm, err := e.clientset.CoreV1().ConfigMaps(namespace).Get(ctx, ref["name"], metav1.GetOptions{})
+			if err == nil {
+				environ = append(environ, name+"="+cm.Data[ref["key"]])
+			} else {
+				// Images of optional features whose ConfigMaps are not in config/core.
+				environ = append(environ, name+"=ko.local/"+strings.ToLower(name))
+			}
+		}
+	}
+	return environ, nil
+}
+
+// webhookReady reports whether the webhook behind service has registered itself in every
+// webhook configuration that names it (a CA bundle) and answers TLS on port.
+func (e *Env) webhookReady(ctx context.Context, configs []*unstructured.Unstructured, service string, port int) error {
+	for _, c := range configs {
+		res := "mutatingwebhookconfigurations"
+		if c.GetKind() == "ValidatingWebhookConfiguration" {
+			res = "validatingwebhookconfigurations"
+		}
+		got, err := e.dynamic.Resource(schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: res}).
+			Get(ctx, c.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		whs, _, _ := unstructured.NestedSlice(got.Object, "webhooks")
+		for _, w := range whs {
+			wm := w.(map[string]any)
+			if name, _, _ := unstructured.NestedString(wm, "clientConfig", "service", "name"); name != service {
+				continue
+			}
+			if ca, _, _ := unstructured.NestedString(wm, "clientConfig", "caBundle"); ca == "" {
+				return fmt.Errorf("%s %s has no CA bundle yet", c.GetKind(), c.GetName())
+			}
+		}
+	}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", "127.0.0.1:"+strconv.Itoa(port),
+		&tls.Config{InsecureSkipVerify: true}) // only whether it answers; the apiserver verifies
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+func (e *Env) applyObjects(ctx context.Context, objs []*unstructured.Unstructured) error {
+	var buf bytes.Buffer
+	for _, o := range objs {
+		b, err := json.Marshal(o.Object)
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+		buf.WriteString("\n")
+	}
+	_, err := e.Apply(ctx, "", buf.Bytes())
+	return err
+}
+
+func (e *Env) waitEstablished(ctx context.Context, name string) error {
+	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	return waitFor(ctx, 30*time.Second, "CRD "+name, "", func() error {
+		obj, err := e.dynamic.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !established(obj) {
+			return errors.New("not established")
+		}
+		return nil
+	})
+}
+
+// moduleDir returns where the Go module cache holds mod (path@version), downloading it if the
+// cache does not have it yet.
+func moduleDir(ctx context.Context, mod string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", mod)
+	// Outside any module, so that the download cannot touch a go.mod.
+	cmd.Dir = os.TempDir()
+	out, err := cmd.Output()
+	var info struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &info); jerr != nil || err != nil || info.Error != "" || info.Dir == "" {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		return "", fmt.Errorf("Knative's YAML comes from the Go module %s, which could not be downloaded: %v %s %s",
+			mod, err, info.Error, stderr)
+	}
+	return info.Dir, nil
+}
+
+// requiredModuleDir returns the module cache directory of dep at the version that the go.mod in
+// modDir requires.
+func requiredModuleDir(ctx context.Context, modDir, dep string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(modDir, "go.mod"))
+	if err != nil {
+		return "", err
+	}
+	m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(dep) + `\s+(\S+)`).FindSubmatch(b)
+	if m == nil {
+		return "", fmt.Errorf("%s/go.mod does not require %s", modDir, dep)
+	}
+	return moduleDir(ctx, dep+"@"+string(m[1]))
+}
