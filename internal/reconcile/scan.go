@@ -28,6 +28,13 @@ import (
 // tag; the registry is always asked, the payload is never trusted.
 type Hint struct {
 	Tags []string
+	// More counts further pushed tags, earlier than Tags, that a merged hint did not keep.
+	More int
+}
+
+// pushed is the number of tags the hint announces.
+func (h *Hint) pushed() int {
+	return len(h.Tags) + h.More
 }
 
 // ScanOutcome describes what a scan did.
@@ -37,6 +44,8 @@ type ScanOutcome struct {
 	Skipped string `json:"skipped,omitempty"`
 	// Incremental tells that pushed tags were confirmed and added instead of a full listing.
 	Incremental bool `json:"incremental,omitempty"`
+	// Listing says why a scan listed every tag: one of the Listing* reasons.
+	Listing string `json:"listing,omitempty"`
 	// Revision and TagCount describe the stored tag list after the scan.
 	Revision string `json:"revision,omitempty"`
 	TagCount int    `json:"tagCount,omitempty"`
@@ -50,6 +59,17 @@ type ScanOutcome struct {
 	// Finalized tells that the scan removed Flux's finalizer from a repository being deleted.
 	Finalized bool `json:"finalized,omitempty"`
 }
+
+// Reasons for listing every tag, as ScanOutcome.Listing reports them.
+const (
+	// ListingRequested: the request named no tags, or the last scan is no base to add to (none,
+	// or one of another spec).
+	ListingRequested = "requested"
+	// ListingCheaper: confirming the pushed tags one by one would cost more registry requests.
+	ListingCheaper = "cheaper"
+	// ListingUnconfirmed: a pushed tag could not be confirmed, or the stored list was no base.
+	ListingUnconfirmed = "unconfirmed"
+)
 
 // Skip reasons.
 const (
@@ -85,11 +105,15 @@ type pending struct {
 	hint      *Hint
 	// trace is the trace of the latest request, which the follow-up scan continues.
 	trace context.Context
+	// first and last are when the first and the latest of the collected requests arrived.
+	first, last time.Time
 }
 
 // Scan scans namespace/name. With a hint it may add the pushed tags incrementally; without one
 // it lists every tag. When a scan of the same repository is running, the request is merged into
-// one follow-up scan and Scan returns at once.
+// one follow-up scan and Scan returns at once. A follow-up that lists the tags of a burst of
+// pushes waits until requests stop arriving (see burstQuiet), so that the burst costs one
+// listing.
 func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) (ScanOutcome, error) {
 	key := StoreKey(namespace, name)
 	s.mu.Lock()
@@ -97,9 +121,15 @@ func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) 
 		s.running = map[string]*pending{}
 	}
 	if p, ok := s.running[key]; ok {
+		// Waits are measured in real time, whatever clock the status is written with.
+		now := time.Now()
+		if !p.requested {
+			p.first = now
+		}
 		p.hint = mergeHints(p.requested, p.hint, hint)
 		p.requested = true
 		p.trace = ctx
+		p.last = now
 		s.mu.Unlock()
 		s.log().InfoContext(ctx, "scan", "namespace", namespace, "name", name, "skipped", SkippedCoalesced)
 		return ScanOutcome{Skipped: SkippedCoalesced}, nil
@@ -111,6 +141,11 @@ func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) 
 	for {
 		out, err := s.scan(ctx, namespace, name, hint)
 		s.mu.Lock()
+		if p.requested && ctx.Err() == nil && p.hint != nil && p.hint.pushed() > burstTags && s.lists(p.hint, out.TagCount) {
+			s.mu.Unlock()
+			s.settle(ctx, p)
+			s.mu.Lock()
+		}
 		if !p.requested || ctx.Err() != nil {
 			delete(s.running, key)
 			s.mu.Unlock()
@@ -123,20 +158,80 @@ func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) 
 	}
 }
 
-// MaxHintTags is the most pushed tags one delivery may ask a scan to confirm one by one: beyond
-// it, a full listing costs fewer requests (a page of tags per request rather than a request per
-// tag).
-const MaxHintTags = 16
+// A follow-up scan that lists the tags of a burst of pushes waits for the burst to end: until
+// no request has arrived for burstQuiet, or for at most burstWait after the first, and never
+// beyond half the time its context has left. docker-registry sends its notifications one at a
+// time, milliseconds apart (up to half a second under load), so a pipeline pushing many tags
+// makes a stream of requests that one listing at its end answers. A burst is more than
+// burstTags pushed tags, more than the few tags a build is pushed with: a follow-up with fewer
+// does not wait, so that the tags of a build are seen at once. Tags pushed in a stream that
+// never pauses for burstQuiet are seen within burstWait.
+const (
+	burstTags  = 16
+	burstQuiet = 500 * time.Millisecond
+	burstWait  = 30 * time.Second
+)
 
-// mergeHints joins a waiting request with a new one: a full listing absorbs any hint.
+// settle waits until the requests collected in p stop arriving, or ctx ends.
+func (s *Scanner) settle(ctx context.Context, p *pending) {
+	start := time.Now()
+	for {
+		s.mu.Lock()
+		now := time.Now()
+		d := min(p.last.Add(burstQuiet).Sub(now), p.first.Add(burstWait).Sub(now))
+		s.mu.Unlock()
+		if deadline, ok := ctx.Deadline(); ok {
+			d = min(d, start.Add(deadline.Sub(start)/2).Sub(now))
+		}
+		if d <= 0 {
+			return
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// lists tells whether a scan with hint lists every tag of a repository of about count tags:
+// without a hint, or when confirming its tags one by one costs more registry requests than a
+// listing (see Client.ListingRequests). Both ways also cost a ping.
+func (s *Scanner) lists(hint *Hint, count int) bool {
+	if hint == nil || len(hint.Tags) == 0 {
+		return true
+	}
+	n := hint.pushed()
+	return n > s.Registry.ListingRequests(count+n)
+}
+
+// MaxHintTags is the most pushed tags a hint remembers: beyond it, a listing costs fewer
+// requests than confirming them one by one in any repository of up to 200,000 tags
+// (registry.DefaultMaxTags) listed at 1,000 tags a page, and the hint keeps only the latest.
+const MaxHintTags = 256
+
+// mergeHints joins a waiting request with a new one: a full listing absorbs any hint. Of the
+// tags, the latest MaxHintTags are kept and the others counted.
 func mergeHints(waiting bool, a, b *Hint) *Hint {
 	if !waiting {
 		return b
 	}
-	if a == nil || b == nil {
+	if a == nil || b == nil || len(a.Tags) == 0 || len(b.Tags) == 0 {
 		return nil
 	}
-	return &Hint{Tags: append(slices.Clone(a.Tags), b.Tags...)}
+	tags := slices.Clone(a.Tags)
+	for _, t := range b.Tags {
+		if !slices.Contains(tags, t) {
+			tags = append(tags, t)
+		}
+	}
+	more := a.More + b.More
+	if drop := len(tags) - MaxHintTags; drop > 0 {
+		tags, more = slices.Clone(tags[drop:]), more+drop
+	}
+	return &Hint{Tags: tags, More: more}
 }
 
 func (s *Scanner) now() time.Time {
@@ -171,6 +266,12 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 		} else {
 			attrs = append(attrs, "incremental", out.Incremental, "revision", out.Revision,
 				"tags", out.TagCount, "changed", out.Changed)
+			if out.Listing != "" {
+				attrs = append(attrs, "listing", out.Listing)
+			}
+			if hint != nil {
+				attrs = append(attrs, "pushed", hint.pushed())
+			}
 		}
 		if out.Failure != "" {
 			attrs = append(attrs, "failure", out.Failure, "stalled", out.Stalled)
@@ -231,10 +332,19 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 		written bool
 	)
 	incremental := hint != nil && len(hint.Tags) > 0 && s.specScanned(repo, canonical)
+	// Pushed tags that a listing chosen for its cost must show; see listed.
+	var recheck []string
+	listing := ListingRequested
+	if incremental && s.lists(hint, repo.Status.LastScanResult.TagCount) {
+		incremental, recheck, listing = false, hint.Tags, ListingCheaper
+	}
 	if incremental {
 		entry, incremental, err = s.addPushed(ctx, sc, key, id, hint.Tags)
 		if err != nil {
 			return out, err
+		}
+		if !incremental {
+			listing = ListingUnconfirmed
 		}
 	}
 	if !incremental {
@@ -244,7 +354,8 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 			// repository wait for a successful scan rather than use it.
 			return s.fail(ctx, repo, token, registry.Reason(err), registry.Stalled(err), err)
 		}
-		if entry, written, err = s.Store.Put(ctx, key, id, res.Tags, s.now()); err != nil {
+		tags := listed(ctx, sc, res, recheck)
+		if entry, written, err = s.Store.Put(ctx, key, id, tags, s.now()); err != nil {
 			return out, fmt.Errorf("storing the tags of %s: %w", key, err)
 		}
 	}
@@ -257,6 +368,9 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 	// the revision the status shows: they are waiting for it.
 	changed := entry.Revision != prev || written
 	out = ScanOutcome{Incremental: incremental, Revision: entry.Revision, TagCount: len(entry.Tags), Changed: changed}
+	if !incremental {
+		out.Listing = listing
+	}
 	message := fmt.Sprintf("successful scan: found %d tags", len(entry.Tags))
 	updated, err := s.Kube.Repositories.UpdateStatus(ctx, namespace, name, func(r *v1.ImageRepository) error {
 		r.Status.ObservedGeneration = repo.Generation
@@ -355,6 +469,29 @@ func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, 
 		return store.Entry{}, false, fmt.Errorf("adding pushed tags to %s: %w", key, err)
 	}
 	return entry, true, nil
+}
+
+// listed returns the tags of a listing that replaced the confirmation of pushed tags, with those
+// of the pushed tags it missed that the registry confirms. Some registries (CNCF distribution
+// 2.8 among them) announce a push before their listing shows it. A listing that misses more
+// of them than it has pages is not racing a push: only that many, the latest, are confirmed,
+// so that a payload naming tags the registry does not have costs a bounded number of requests.
+func listed(ctx context.Context, sc *registry.Scan, res registry.Result, pushed []string) []string {
+	var missing []string
+	for _, tag := range pushed {
+		if _, found := slices.BinarySearch(res.Tags, tag); !found && !sc.Excluded(tag) {
+			missing = append(missing, tag)
+		}
+	}
+	missing = missing[max(0, len(missing)-max(res.Pages, 1)):]
+	tags := res.Tags
+	for _, tag := range missing {
+		if sc.Confirm(ctx, tag) == nil {
+			i, _ := slices.BinarySearch(tags, tag)
+			tags = slices.Insert(tags, i, tag)
+		}
+	}
+	return tags
 }
 
 // fail records a failed scan in the status, keeping the stored tags and the previous
