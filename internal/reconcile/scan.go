@@ -367,12 +367,17 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 	// A list that replaced none, or one of another identity, is news to the policies even with
 	// the revision the status shows: they are waiting for it.
 	changed := entry.Revision != prev || written
+	if changed && s.Sink != nil {
+		// The policy function reads the new tags as soon as it hears of them: it finds the
+		// store closed rather than waiting for this process to notice it and close it.
+		s.Store.HandOver()
+	}
 	out = ScanOutcome{Incremental: incremental, Revision: entry.Revision, TagCount: len(entry.Tags), Changed: changed}
 	if !incremental {
 		out.Listing = listing
 	}
 	message := fmt.Sprintf("successful scan: found %d tags", len(entry.Tags))
-	updated, err := s.Kube.Repositories.UpdateStatus(ctx, namespace, name, func(r *v1.ImageRepository) error {
+	updated, err := s.writeStatus(ctx, repo, func(r *v1.ImageRepository) error {
 		r.Status.ObservedGeneration = repo.Generation
 		r.Status.CanonicalImageName = canonical
 		r.Status.ObservedExclusionList = slices.Clone(repo.GetExclusionList())
@@ -500,7 +505,7 @@ func listed(ctx context.Context, sc *registry.Scan, res registry.Result, pushed 
 func (s *Scanner) fail(ctx context.Context, repo *v1.ImageRepository, token, reason string, stalled bool, cause error) (ScanOutcome, error) {
 	out := ScanOutcome{Failure: reason, Stalled: stalled}
 	message := redact.String(cause.Error())
-	updated, err := s.Kube.Repositories.UpdateStatus(ctx, repo.Namespace, repo.Name, func(r *v1.ImageRepository) error {
+	updated, err := s.writeStatus(ctx, repo, func(r *v1.ImageRepository) error {
 		r.Status.ObservedGeneration = repo.Generation
 		if token != "" {
 			r.Status.LastHandledReconcileAt = token
@@ -517,6 +522,21 @@ func (s *Scanner) fail(ctx context.Context, repo *v1.ImageRepository, token, rea
 	}
 	s.Recorder.Warning(updated, reason, message)
 	return out, nil
+}
+
+// writeStatus writes the status that mutate derives as a patch against repo, the object the
+// scan read, which saves a read; when repo is stale (an annotation arrived since), the conflict
+// makes it start over from a fresh read.
+func (s *Scanner) writeStatus(ctx context.Context, repo *v1.ImageRepository, mutate func(*v1.ImageRepository) error) (*v1.ImageRepository, error) {
+	next := repo.DeepCopy()
+	if err := mutate(next); err != nil {
+		return nil, err
+	}
+	updated, err := s.Kube.Repositories.PatchStatus(ctx, repo, next)
+	if apierrors.IsConflict(err) {
+		return s.Kube.Repositories.UpdateStatus(ctx, repo.Namespace, repo.Name, mutate)
+	}
+	return updated, err
 }
 
 // latestTags returns the status sample of an ascending tag list: its last ten, greatest first.
