@@ -111,9 +111,8 @@ type pending struct {
 
 // Scan scans namespace/name. With a hint it may add the pushed tags incrementally; without one
 // it lists every tag. When a scan of the same repository is running, the request is merged into
-// one follow-up scan and Scan returns at once. A follow-up that lists the tags of a burst of
-// pushes waits until requests stop arriving (see burstQuiet), so that the burst costs one
-// listing.
+// one follow-up scan and Scan returns at once. A follow-up that lists pushed tags waits until
+// requests stop arriving (see burstQuiet), so that a burst of pushes costs one listing.
 func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) (ScanOutcome, error) {
 	key := StoreKey(namespace, name)
 	s.mu.Lock()
@@ -141,7 +140,7 @@ func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) 
 	for {
 		out, err := s.scan(ctx, namespace, name, hint)
 		s.mu.Lock()
-		if p.requested && ctx.Err() == nil && p.hint != nil && p.hint.pushed() > burstTags && s.lists(p.hint, out.TagCount) {
+		if p.requested && ctx.Err() == nil && p.hint != nil && s.lists(p.hint, out.TagCount) {
 			s.mu.Unlock()
 			s.settle(ctx, p)
 			s.mu.Lock()
@@ -158,16 +157,18 @@ func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) 
 	}
 }
 
-// A follow-up scan that lists the tags of a burst of pushes waits for the burst to end: until
-// no request has arrived for burstQuiet, or for at most burstWait after the first, and never
-// beyond half the time its context has left. docker-registry sends its notifications one at a
-// time, milliseconds apart (up to half a second under load), so a pipeline pushing many tags
-// makes a stream of requests that one listing at its end answers. A burst is more than
-// burstTags pushed tags, more than the few tags a build is pushed with: a follow-up with fewer
-// does not wait, so that the tags of a build are seen at once. Tags pushed in a stream that
-// never pauses for burstQuiet are seen within burstWait.
+// A follow-up scan that lists pushed tags, because that costs fewer requests than confirming
+// them, waits for their pushes to end: until no request has arrived for a quiet period, or for
+// at most burstWait after the first, and never beyond half the time its context has left.
+// docker-registry sends its notifications one at a time, milliseconds apart (up to half a
+// second under load), so a pipeline pushing many tags makes a stream of requests that one
+// listing at its end answers. The quiet period is buildQuiet while the follow-up has collected
+// at most burstTags tags, the few a build is pushed with, so that they are seen soon, and
+// burstQuiet beyond. Tags pushed in a stream that never pauses that long are seen within
+// burstWait. A follow-up that confirms tags one by one does not wait.
 const (
 	burstTags  = 16
+	buildQuiet = 100 * time.Millisecond
 	burstQuiet = 500 * time.Millisecond
 	burstWait  = 30 * time.Second
 )
@@ -178,7 +179,11 @@ func (s *Scanner) settle(ctx context.Context, p *pending) {
 	for {
 		s.mu.Lock()
 		now := time.Now()
-		d := min(p.last.Add(burstQuiet).Sub(now), p.first.Add(burstWait).Sub(now))
+		quiet := buildQuiet
+		if p.hint == nil || p.hint.pushed() > burstTags {
+			quiet = burstQuiet
+		}
+		d := min(p.last.Add(quiet).Sub(now), p.first.Add(burstWait).Sub(now))
 		s.mu.Unlock()
 		if deadline, ok := ctx.Deadline(); ok {
 			d = min(d, start.Add(deadline.Sub(start)/2).Sub(now))
@@ -332,10 +337,24 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 		written bool
 	)
 	incremental := hint != nil && len(hint.Tags) > 0 && s.specScanned(repo, canonical)
+	listing := ListingRequested
+	if incremental {
+		// Pushed tags that the stored list holds cost no request: the notifications of a burst
+		// trail its pushes, and a listing during the burst has seen many of them.
+		stored, err := s.Store.Get(ctx, key, id)
+		switch {
+		case err == nil:
+			hint = notStored(hint, stored.Tags)
+		case errors.Is(err, store.ErrNotFound):
+			// Also ErrOtherIdentity: a list taken for another object or spec is no base.
+			incremental, listing = false, ListingUnconfirmed
+		default:
+			return out, fmt.Errorf("reading the tags of %s: %w", key, err)
+		}
+	}
 	// Pushed tags that a listing chosen for its cost must show; see listed.
 	var recheck []string
-	listing := ListingRequested
-	if incremental && s.lists(hint, repo.Status.LastScanResult.TagCount) {
+	if incremental && len(hint.Tags) > 0 && s.lists(hint, repo.Status.LastScanResult.TagCount) {
 		incremental, recheck, listing = false, hint.Tags, ListingCheaper
 	}
 	if incremental {
@@ -474,6 +493,17 @@ func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, 
 		return store.Entry{}, false, fmt.Errorf("adding pushed tags to %s: %w", key, err)
 	}
 	return entry, true, nil
+}
+
+// notStored returns hint without the tags that stored, a sorted list, holds.
+func notStored(hint *Hint, stored []string) *Hint {
+	out := &Hint{More: hint.More}
+	for _, tag := range hint.Tags {
+		if _, found := slices.BinarySearch(stored, tag); !found {
+			out.Tags = append(out.Tags, tag)
+		}
+	}
+	return out
 }
 
 // listed returns the tags of a listing that replaced the confirmation of pushed tags, with those

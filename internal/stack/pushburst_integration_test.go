@@ -75,6 +75,8 @@ type burstOutcome struct {
 	// pushing is the time the pushes took, settle the time from the end of the last push until
 	// every ImagePolicy showed its latest tag.
 	pushing, settle time.Duration
+	// scanPeak and policyPeak are the functions' peak resident set sizes in KiB (VmHWM).
+	scanPeak, policyPeak int64
 }
 
 // pushBurst pushes pushBurstSize tags of one image into one repository of docker-registry, the
@@ -165,6 +167,12 @@ func pushBurst(tb testing.TB) burstOutcome {
 	}
 	out.requests = counter.counts()
 	out.listings = fullScans(tb, s, "ci")[first:]
+	if out.scanPeak, _, err = memory(s.PID(stack.Scan)); err != nil {
+		tb.Fatal(err)
+	}
+	if out.policyPeak, _, err = memory(s.PID(stack.Policy)); err != nil {
+		tb.Fatal(err)
+	}
 	return out
 }
 
@@ -206,16 +214,18 @@ func TestPushBurstIntegration(t *testing.T) {
 
 // BenchmarkPushBurst runs TestPushBurstIntegration's burst once per iteration, each in a new
 // stack: settle_s is the time from the end of the last push until every ImagePolicy showed its
-// latest tag, push_s the time the 1,000 pushes took, and the registry requests of reflector
-// are reported per kind.
+// latest tag, push_s the time the 1,000 pushes took; the registry requests of reflector are
+// reported per kind, and the largest peak RSS of each function.
 func BenchmarkPushBurst(b *testing.B) {
 	var settle, pushing time.Duration
+	var scanPeak, policyPeak int64
 	total := map[string]int{}
 	listings := 0
 	for range b.N {
 		out := pushBurst(b)
 		settle += out.settle
 		pushing += out.pushing
+		scanPeak, policyPeak = max(scanPeak, out.scanPeak), max(policyPeak, out.policyPeak)
 		for k, v := range out.requests {
 			total[k] += v
 		}
@@ -225,6 +235,8 @@ func BenchmarkPushBurst(b *testing.B) {
 	b.ReportMetric(settle.Seconds()/n, "settle_s")
 	b.ReportMetric(pushing.Seconds()/n, "push_s")
 	b.ReportMetric(float64(listings)/n, "listings/burst")
+	b.ReportMetric(float64(scanPeak)/1024, "scan_peak_MiB")
+	b.ReportMetric(float64(policyPeak)/1024, "policy_peak_MiB")
 	for _, k := range []string{"ping", "head", "list", "other"} {
 		b.ReportMetric(float64(total[k])/n, k+"_req/burst")
 	}
