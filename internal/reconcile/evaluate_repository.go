@@ -26,6 +26,11 @@ func (e *Evaluator) EvaluateRepository(ctx context.Context, repoNamespace, repoN
 	keep := func(p *v1.ImagePolicy) bool {
 		return p.RepositoryNamespace() == repoNamespace && p.Spec.ImageRepositoryRef.Name == repoName
 	}
+	w := e.newPolicyWorld(ctx)
+	// The repository and the revision of its tags are read while the policies are listed.
+	var prefetch sync.WaitGroup
+	prefetch.Go(func() { w.prefetch(ctx, repoNamespace, repoName) })
+	defer prefetch.Wait()
 	// The CRD declares spec.imageRepositoryRef.name a selectable field, so the apiserver sends
 	// only the policies that refer to a repository of that name. Flux's own CRD does not; with
 	// it installed the selector is refused and every policy is listed.
@@ -36,7 +41,12 @@ func (e *Evaluator) EvaluateRepository(ctx context.Context, repoNamespace, repoN
 	if err != nil {
 		return nil, fmt.Errorf("listing ImagePolicies: %w", err)
 	}
-	return e.evaluateAll(ctx, pols)
+	outs, err := e.evaluateAll(ctx, w, pols)
+	prefetch.Wait()
+	// The next change of these tags comes from the scan function, which then finds the store
+	// closed rather than waiting for this process to notice it and close it.
+	e.Store.HandOver()
+	return outs, err
 }
 
 // RepositoryRefField is the ImagePolicy field that the CRD makes selectable.
@@ -57,15 +67,14 @@ func (e *Evaluator) policies(ctx context.Context, fieldSelector string, keep fun
 	return out, err
 }
 
-// evaluateAll evaluates pols, as listed, with bounded concurrency and one shared view of the
+// evaluateAll evaluates pols, as listed, with bounded concurrency and one shared view w of the
 // repositories, namespaces and tags they refer to. Policies are taken repository by repository,
 // so that each repository's tags are read once and dropped when its policies are done.
-func (e *Evaluator) evaluateAll(ctx context.Context, pols []*v1.ImagePolicy) ([]PolicyOutcome, error) {
+func (e *Evaluator) evaluateAll(ctx context.Context, w *policyWorld, pols []*v1.ImagePolicy) ([]PolicyOutcome, error) {
 	repoKey := func(p *v1.ImagePolicy) string {
 		return StoreKey(p.RepositoryNamespace(), p.Spec.ImageRepositoryRef.Name)
 	}
 	slices.SortStableFunc(pols, func(a, b *v1.ImagePolicy) int { return strings.Compare(repoKey(a), repoKey(b)) })
-	w := e.newPolicyWorld(ctx)
 	for _, p := range pols {
 		w.expect(repoKey(p))
 	}

@@ -97,6 +97,18 @@ func (w *policyWorld) repository(ctx context.Context, namespace, name string) (*
 	})
 }
 
+// prefetch reads the repository namespace/name and the revision of its stored tags, as the
+// evaluations of its policies will, so that they find both read.
+func (w *policyWorld) prefetch(ctx context.Context, namespace, name string) {
+	repo, err := w.repository(ctx, namespace, name)
+	if err != nil {
+		return
+	}
+	if id, err := RepositoryIdentity(repo); err == nil {
+		_, _ = w.revision(StoreKey(namespace, name), id)
+	}
+}
+
 func (w *policyWorld) namespaceLabels(ctx context.Context, namespace string) (labels.Set, error) {
 	return load(w, w.namespaces, namespace, func() (labels.Set, error) {
 		ns, err := w.e.Kube.Core.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})

@@ -28,6 +28,13 @@ import (
 // tag; the registry is always asked, the payload is never trusted.
 type Hint struct {
 	Tags []string
+	// More counts further pushed tags, earlier than Tags, that a merged hint did not keep.
+	More int
+}
+
+// pushed is the number of tags the hint announces.
+func (h *Hint) pushed() int {
+	return len(h.Tags) + h.More
 }
 
 // ScanOutcome describes what a scan did.
@@ -37,6 +44,8 @@ type ScanOutcome struct {
 	Skipped string `json:"skipped,omitempty"`
 	// Incremental tells that pushed tags were confirmed and added instead of a full listing.
 	Incremental bool `json:"incremental,omitempty"`
+	// Listing says why a scan listed every tag: one of the Listing* reasons.
+	Listing string `json:"listing,omitempty"`
 	// Revision and TagCount describe the stored tag list after the scan.
 	Revision string `json:"revision,omitempty"`
 	TagCount int    `json:"tagCount,omitempty"`
@@ -50,6 +59,17 @@ type ScanOutcome struct {
 	// Finalized tells that the scan removed Flux's finalizer from a repository being deleted.
 	Finalized bool `json:"finalized,omitempty"`
 }
+
+// Reasons for listing every tag, as ScanOutcome.Listing reports them.
+const (
+	// ListingRequested: the request named no tags, or the last scan is no base to add to (none,
+	// or one of another spec).
+	ListingRequested = "requested"
+	// ListingCheaper: confirming the pushed tags one by one would cost more registry requests.
+	ListingCheaper = "cheaper"
+	// ListingUnconfirmed: a pushed tag could not be confirmed, or the stored list was no base.
+	ListingUnconfirmed = "unconfirmed"
+)
 
 // Skip reasons.
 const (
@@ -85,11 +105,14 @@ type pending struct {
 	hint      *Hint
 	// trace is the trace of the latest request, which the follow-up scan continues.
 	trace context.Context
+	// first and last are when the first and the latest of the collected requests arrived.
+	first, last time.Time
 }
 
 // Scan scans namespace/name. With a hint it may add the pushed tags incrementally; without one
 // it lists every tag. When a scan of the same repository is running, the request is merged into
-// one follow-up scan and Scan returns at once.
+// one follow-up scan and Scan returns at once. A follow-up that lists pushed tags waits until
+// requests stop arriving (see burstQuiet), so that a burst of pushes costs one listing.
 func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) (ScanOutcome, error) {
 	key := StoreKey(namespace, name)
 	s.mu.Lock()
@@ -97,9 +120,15 @@ func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) 
 		s.running = map[string]*pending{}
 	}
 	if p, ok := s.running[key]; ok {
+		// Waits are measured in real time, whatever clock the status is written with.
+		now := time.Now()
+		if !p.requested {
+			p.first = now
+		}
 		p.hint = mergeHints(p.requested, p.hint, hint)
 		p.requested = true
 		p.trace = ctx
+		p.last = now
 		s.mu.Unlock()
 		s.log().InfoContext(ctx, "scan", "namespace", namespace, "name", name, "skipped", SkippedCoalesced)
 		return ScanOutcome{Skipped: SkippedCoalesced}, nil
@@ -111,6 +140,11 @@ func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) 
 	for {
 		out, err := s.scan(ctx, namespace, name, hint)
 		s.mu.Lock()
+		if p.requested && ctx.Err() == nil && p.hint != nil && s.lists(p.hint, out.TagCount) {
+			s.mu.Unlock()
+			s.settle(ctx, p)
+			s.mu.Lock()
+		}
 		if !p.requested || ctx.Err() != nil {
 			delete(s.running, key)
 			s.mu.Unlock()
@@ -123,20 +157,86 @@ func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) 
 	}
 }
 
-// MaxHintTags is the most pushed tags one delivery may ask a scan to confirm one by one: beyond
-// it, a full listing costs fewer requests (a page of tags per request rather than a request per
-// tag).
-const MaxHintTags = 16
+// A follow-up scan that lists pushed tags, because that costs fewer requests than confirming
+// them, waits for their pushes to end: until no request has arrived for a quiet period, or for
+// at most burstWait after the first, and never beyond half the time its context has left.
+// docker-registry sends its notifications one at a time, milliseconds apart (up to half a
+// second under load), so a pipeline pushing many tags makes a stream of requests that one
+// listing at its end answers. The quiet period is buildQuiet while the follow-up has collected
+// at most burstTags tags, the few a build is pushed with, so that they are seen soon, and
+// burstQuiet beyond. Tags pushed in a stream that never pauses that long are seen within
+// burstWait. A follow-up that confirms tags one by one does not wait.
+const (
+	burstTags  = 16
+	buildQuiet = 100 * time.Millisecond
+	burstQuiet = 500 * time.Millisecond
+	burstWait  = 30 * time.Second
+)
 
-// mergeHints joins a waiting request with a new one: a full listing absorbs any hint.
+// settle waits until the requests collected in p stop arriving, or ctx ends.
+func (s *Scanner) settle(ctx context.Context, p *pending) {
+	start := time.Now()
+	for {
+		s.mu.Lock()
+		now := time.Now()
+		quiet := buildQuiet
+		if p.hint == nil || p.hint.pushed() > burstTags {
+			quiet = burstQuiet
+		}
+		d := min(p.last.Add(quiet).Sub(now), p.first.Add(burstWait).Sub(now))
+		s.mu.Unlock()
+		if deadline, ok := ctx.Deadline(); ok {
+			d = min(d, start.Add(deadline.Sub(start)/2).Sub(now))
+		}
+		if d <= 0 {
+			return
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// lists tells whether a scan with hint lists every tag of a repository of about count tags:
+// without a hint, or when confirming its tags one by one costs more registry requests than a
+// listing (see Client.ListingRequests). Both ways also cost a ping.
+func (s *Scanner) lists(hint *Hint, count int) bool {
+	if hint == nil || len(hint.Tags) == 0 {
+		return true
+	}
+	n := hint.pushed()
+	return n > s.Registry.ListingRequests(count+n)
+}
+
+// MaxHintTags is the most pushed tags a hint remembers: beyond it, a listing costs fewer
+// requests than confirming them one by one in any repository of up to 200,000 tags
+// (registry.DefaultMaxTags) listed at 1,000 tags a page, and the hint keeps only the latest.
+const MaxHintTags = 256
+
+// mergeHints joins a waiting request with a new one: a full listing absorbs any hint. Of the
+// tags, the latest MaxHintTags are kept and the others counted.
 func mergeHints(waiting bool, a, b *Hint) *Hint {
 	if !waiting {
 		return b
 	}
-	if a == nil || b == nil {
+	if a == nil || b == nil || len(a.Tags) == 0 || len(b.Tags) == 0 {
 		return nil
 	}
-	return &Hint{Tags: append(slices.Clone(a.Tags), b.Tags...)}
+	tags := slices.Clone(a.Tags)
+	for _, t := range b.Tags {
+		if !slices.Contains(tags, t) {
+			tags = append(tags, t)
+		}
+	}
+	more := a.More + b.More
+	if drop := len(tags) - MaxHintTags; drop > 0 {
+		tags, more = slices.Clone(tags[drop:]), more+drop
+	}
+	return &Hint{Tags: tags, More: more}
 }
 
 func (s *Scanner) now() time.Time {
@@ -171,6 +271,12 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 		} else {
 			attrs = append(attrs, "incremental", out.Incremental, "revision", out.Revision,
 				"tags", out.TagCount, "changed", out.Changed)
+			if out.Listing != "" {
+				attrs = append(attrs, "listing", out.Listing)
+			}
+			if hint != nil {
+				attrs = append(attrs, "pushed", hint.pushed())
+			}
 		}
 		if out.Failure != "" {
 			attrs = append(attrs, "failure", out.Failure, "stalled", out.Stalled)
@@ -231,10 +337,33 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 		written bool
 	)
 	incremental := hint != nil && len(hint.Tags) > 0 && s.specScanned(repo, canonical)
+	listing := ListingRequested
+	if incremental {
+		// Pushed tags that the stored list holds cost no request: the notifications of a burst
+		// trail its pushes, and a listing during the burst has seen many of them.
+		stored, err := s.Store.Get(ctx, key, id)
+		switch {
+		case err == nil:
+			hint = notStored(hint, stored.Tags)
+		case errors.Is(err, store.ErrNotFound):
+			// Also ErrOtherIdentity: a list taken for another object or spec is no base.
+			incremental, listing = false, ListingUnconfirmed
+		default:
+			return out, fmt.Errorf("reading the tags of %s: %w", key, err)
+		}
+	}
+	// Pushed tags that a listing chosen for its cost must show; see listed.
+	var recheck []string
+	if incremental && len(hint.Tags) > 0 && s.lists(hint, repo.Status.LastScanResult.TagCount) {
+		incremental, recheck, listing = false, hint.Tags, ListingCheaper
+	}
 	if incremental {
 		entry, incremental, err = s.addPushed(ctx, sc, key, id, hint.Tags)
 		if err != nil {
 			return out, err
+		}
+		if !incremental {
+			listing = ListingUnconfirmed
 		}
 	}
 	if !incremental {
@@ -244,7 +373,8 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 			// repository wait for a successful scan rather than use it.
 			return s.fail(ctx, repo, token, registry.Reason(err), registry.Stalled(err), err)
 		}
-		if entry, written, err = s.Store.Put(ctx, key, id, res.Tags, s.now()); err != nil {
+		tags := listed(ctx, sc, res, recheck)
+		if entry, written, err = s.Store.Put(ctx, key, id, tags, s.now()); err != nil {
 			return out, fmt.Errorf("storing the tags of %s: %w", key, err)
 		}
 	}
@@ -256,9 +386,17 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 	// A list that replaced none, or one of another identity, is news to the policies even with
 	// the revision the status shows: they are waiting for it.
 	changed := entry.Revision != prev || written
+	if changed && s.Sink != nil {
+		// The policy function reads the new tags as soon as it hears of them: it finds the
+		// store closed rather than waiting for this process to notice it and close it.
+		s.Store.HandOver()
+	}
 	out = ScanOutcome{Incremental: incremental, Revision: entry.Revision, TagCount: len(entry.Tags), Changed: changed}
+	if !incremental {
+		out.Listing = listing
+	}
 	message := fmt.Sprintf("successful scan: found %d tags", len(entry.Tags))
-	updated, err := s.Kube.Repositories.UpdateStatus(ctx, namespace, name, func(r *v1.ImageRepository) error {
+	updated, err := s.writeStatus(ctx, repo, func(r *v1.ImageRepository) error {
 		r.Status.ObservedGeneration = repo.Generation
 		r.Status.CanonicalImageName = canonical
 		r.Status.ObservedExclusionList = slices.Clone(repo.GetExclusionList())
@@ -357,13 +495,47 @@ func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, 
 	return entry, true, nil
 }
 
+// notStored returns hint without the tags that stored, a sorted list, holds.
+func notStored(hint *Hint, stored []string) *Hint {
+	out := &Hint{More: hint.More}
+	for _, tag := range hint.Tags {
+		if _, found := slices.BinarySearch(stored, tag); !found {
+			out.Tags = append(out.Tags, tag)
+		}
+	}
+	return out
+}
+
+// listed returns the tags of a listing that replaced the confirmation of pushed tags, with those
+// of the pushed tags it missed that the registry confirms. Some registries (CNCF distribution
+// 2.8 among them) announce a push before their listing shows it. A listing that misses more
+// of them than it has pages is not racing a push: only that many, the latest, are confirmed,
+// so that a payload naming tags the registry does not have costs a bounded number of requests.
+func listed(ctx context.Context, sc *registry.Scan, res registry.Result, pushed []string) []string {
+	var missing []string
+	for _, tag := range pushed {
+		if _, found := slices.BinarySearch(res.Tags, tag); !found && !sc.Excluded(tag) {
+			missing = append(missing, tag)
+		}
+	}
+	missing = missing[max(0, len(missing)-max(res.Pages, 1)):]
+	tags := res.Tags
+	for _, tag := range missing {
+		if sc.Confirm(ctx, tag) == nil {
+			i, _ := slices.BinarySearch(tags, tag)
+			tags = slices.Insert(tags, i, tag)
+		}
+	}
+	return tags
+}
+
 // fail records a failed scan in the status, keeping the stored tags and the previous
 // lastScanResult. The failure is the object's, not the scanner's: it is reported in the status
 // and a Warning event, and the returned error is only about writing those.
 func (s *Scanner) fail(ctx context.Context, repo *v1.ImageRepository, token, reason string, stalled bool, cause error) (ScanOutcome, error) {
 	out := ScanOutcome{Failure: reason, Stalled: stalled}
 	message := redact.String(cause.Error())
-	updated, err := s.Kube.Repositories.UpdateStatus(ctx, repo.Namespace, repo.Name, func(r *v1.ImageRepository) error {
+	updated, err := s.writeStatus(ctx, repo, func(r *v1.ImageRepository) error {
 		r.Status.ObservedGeneration = repo.Generation
 		if token != "" {
 			r.Status.LastHandledReconcileAt = token
@@ -380,6 +552,21 @@ func (s *Scanner) fail(ctx context.Context, repo *v1.ImageRepository, token, rea
 	}
 	s.Recorder.Warning(updated, reason, message)
 	return out, nil
+}
+
+// writeStatus writes the status that mutate derives as a patch against repo, the object the
+// scan read, which saves a read; when repo is stale (an annotation arrived since), the conflict
+// makes it start over from a fresh read.
+func (s *Scanner) writeStatus(ctx context.Context, repo *v1.ImageRepository, mutate func(*v1.ImageRepository) error) (*v1.ImageRepository, error) {
+	next := repo.DeepCopy()
+	if err := mutate(next); err != nil {
+		return nil, err
+	}
+	updated, err := s.Kube.Repositories.PatchStatus(ctx, repo, next)
+	if apierrors.IsConflict(err) {
+		return s.Kube.Repositories.UpdateStatus(ctx, repo.Namespace, repo.Name, mutate)
+	}
+	return updated, err
 }
 
 // latestTags returns the status sample of an ascending tag list: its last ten, greatest first.

@@ -94,3 +94,10 @@ func (c *Client) limiter(host string) *rate.Limiter {
 	}
 	return l
 }
+
+// ListingRequests is the number of requests ListTags makes for a repository of tags tags: one
+// per page of the Client's page size, and at least one. A registry that refuses the page size
+// answers with smaller pages and more requests.
+func (c *Client) ListingRequests(tags int) int {
+	return max(1, (tags+c.pageSize-1)/c.pageSize)
+}

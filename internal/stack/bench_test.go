@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,8 @@ func BenchmarkPushToLatest(b *testing.B) {
 	waitForPolicy(b, s, "direct", "1.0.0")
 
 	var viaRegistry, viaWebhook []time.Duration
+	writesBefore := apiserverWrites(b, s)
+	waitsBefore := storeWaits(b, s)
 	b.ResetTimer()
 	for i := range b.N {
 		tag := fmt.Sprintf("1.%d.0", i+1)
@@ -82,6 +85,32 @@ func BenchmarkPushToLatest(b *testing.B) {
 		viaWebhook = append(viaWebhook, time.Since(start))
 	}
 	b.StopTimer()
+	// The writes of the measured pushes, of either kind: the annotation, the statuses and the
+	// Events that client-go's recorder sends in the background, which may still be on their way.
+	time.Sleep(time.Second)
+	pushes := float64(2 * b.N)
+	writes := apiserverWrites(b, s)
+	total := 0.0
+	for k, v := range writes {
+		if d := v - writesBefore[k]; d > 0 {
+			b.ReportMetric(d/pushes, "writes_"+k+"/push")
+			total += d
+		}
+	}
+	b.ReportMetric(total/pushes, "apiserver_writes/push")
+	for k, v := range storeWaits(b, s) {
+		w := waitsBefore[k]
+		if n := v.count - w.count; n > 0 {
+			b.ReportMetric((v.sum-w.sum)/n*1000, k+"_store_wait_ms")
+		}
+	}
+	for _, c := range []string{stack.Scan, stack.Policy} {
+		hwm, _, err := memory(s.PID(c))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(hwm)/1024, c+"_peak_MiB")
+	}
 	report := func(name string, d []time.Duration) {
 		slices.Sort(d)
 		b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, name+"_p50_ms")
@@ -123,4 +152,72 @@ func waitForPolicy(b *testing.B, s *stack.Stack, name, tag string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	b.Fatalf("policy %s never reached %s", name, tag)
+}
+
+// apiserverWrites returns the apiserver's own count of the write requests it has served
+// (apiserver_request_total of the verbs that write), by resource and subresource.
+func apiserverWrites(b *testing.B, s *stack.Stack) map[string]float64 {
+	b.Helper()
+	raw, err := s.Env.Clientset().Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatalf("reading the apiserver's metrics: %v", err)
+	}
+	out := map[string]float64{}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		l := map[string]string{}
+		for kv := range strings.SplitSeq(labels, ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				l[k] = strings.Trim(v, `"`)
+			}
+		}
+		switch l["verb"] {
+		case "POST", "PUT", "PATCH", "APPLY", "DELETE":
+		default:
+			continue
+		}
+		key := l["resource"]
+		if l["subresource"] != "" {
+			key += "_" + l["subresource"]
+		}
+		out[key] += n
+	}
+	return out
+}
+
+// waitSum is a histogram's sum and count.
+type waitSum struct{ sum, count float64 }
+
+// storeWaits returns how long the scan and policy functions have waited for the tag store
+// (reflector_store_lock_wait_seconds), keyed scan and policy.
+func storeWaits(b *testing.B, s *stack.Stack) map[string]waitSum {
+	b.Helper()
+	out := map[string]waitSum{}
+	for _, c := range []string{stack.Scan, stack.Policy} {
+		m := testenv.Scrape(b, s.Metrics[c])
+		fam, ok := m["reflector_store_lock_wait_seconds"]
+		if !ok {
+			continue
+		}
+		var w waitSum
+		for _, series := range fam.GetMetric() {
+			if h := series.GetHistogram(); h != nil {
+				w.sum += h.GetSampleSum()
+				w.count += float64(h.GetSampleCount())
+			}
+		}
+		out[c] = w
+	}
+	return out
 }

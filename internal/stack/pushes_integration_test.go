@@ -10,12 +10,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/stack"
 )
 
 // fullScans returns the log lines of the scan function's scans of default/name that listed every
 // tag.
-func fullScans(t *testing.T, s *stack.Stack, name string) []string {
+func fullScans(t testing.TB, s *stack.Stack, name string) []string {
+	return listings(t, s, name, "")
+}
+
+// listings returns the log lines of the scan function's scans of default/name that listed every
+// tag for the reason why (reconcile.ScanOutcome.Listing), or for any reason when why is empty.
+func listings(t testing.TB, s *stack.Stack, name, why string) []string {
 	t.Helper()
 	f, err := os.Open(s.Log(stack.Scan))
 	if err != nil {
@@ -31,12 +38,13 @@ func fullScans(t *testing.T, s *stack.Stack, name string) []string {
 			Namespace   string `json:"namespace"`
 			Name        string `json:"name"`
 			Incremental *bool  `json:"incremental"`
+			Listing     string `json:"listing"`
 			Failure     string `json:"failure"`
 		}
 		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != "scan" || line.Namespace != "default" || line.Name != name {
 			continue
 		}
-		if line.Incremental != nil && !*line.Incremental && line.Failure == "" {
+		if line.Incremental != nil && !*line.Incremental && line.Failure == "" && (why == "" || line.Listing == why) {
 			out = append(out, sc.Text())
 		}
 	}
@@ -45,7 +53,9 @@ func fullScans(t *testing.T, s *stack.Stack, name string) []string {
 
 // TestPushesAreConfirmedIntegration pushes 100 tags one after another into docker-registry,
 // whose notifications can arrive before the tag is readable: each is confirmed and added to the
-// stored list, and none falls back to listing every tag.
+// stored list, or listed when pushes arrived during a scan and a listing of the repository's
+// 101 tags costs fewer requests than confirming them; none falls back to listing every tag
+// because a pushed tag could not be confirmed.
 func TestPushesAreConfirmedIntegration(t *testing.T) {
 	ctx := context.Background()
 	s := start(t, stack.Options{CronEvery: time.Hour, NotifyBackoff: 200 * time.Millisecond})
@@ -57,16 +67,19 @@ func TestPushesAreConfirmedIntegration(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLatest(t, s, "stable", "1.0.0")
-	first := len(fullScans(t, s, "app"))
+	first := len(listings(t, s, "app", reconcile.ListingUnconfirmed))
+	cheaper := len(listings(t, s, "app", reconcile.ListingCheaper))
 	for i := 1; i <= 100; i++ {
 		if _, err := stack.Push(fmt.Sprintf("%s:1.%d.0", image, i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	waitLatest(t, s, "stable", "1.100.0")
-	if full := fullScans(t, s, "app")[first:]; len(full) != 0 {
-		t.Errorf("%d full listings for 100 pushes, want 0:\n%s", len(full), strings.Join(full, "\n"))
+	if full := listings(t, s, "app", reconcile.ListingUnconfirmed)[first:]; len(full) != 0 {
+		t.Errorf("%d listings after an unconfirmed push, want 0:\n%s", len(full), strings.Join(full, "\n"))
 	}
+	t.Logf("%d listings cheaper than confirming the pushes that arrived during a scan",
+		len(listings(t, s, "app", reconcile.ListingCheaper))-cheaper)
 	r, err := s.Kube.Repositories.Get(ctx, "default", "app")
 	if err != nil {
 		t.Fatal(err)

@@ -115,3 +115,36 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 		t.Fatal("Close returned with the database open")
 	}
 }
+
+// HandOver closes an idle database at once, and one in use when its last call ends; the next
+// call opens it again and finds what was written.
+func TestHandOverClosesWithoutLinger(t *testing.T) {
+	ctx := testCtx(t)
+	s := newTestStore(t, WithLinger(time.Hour))
+	s.HandOver() // nothing open: nothing to do
+	if _, _, err := s.Put(ctx, "ns/a", testID, []string{"v1"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	s.HandOver()
+	waitIdle(t, s)
+
+	db, err := s.acquire(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.HandOver()
+	time.Sleep(3 * watchInterval)
+	if db.IsClosed() {
+		t.Fatal("database closed under a call in flight")
+	}
+	s.release()
+	waitIdle(t, s)
+	if e, err := s.Get(ctx, "ns/a", testID); err != nil || fmt.Sprint(e.Tags) != "[v1]" {
+		t.Errorf("after the hand-overs: %v, %v", e.Tags, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opens != 3 {
+		t.Errorf("opens = %d, want 3", s.opens)
+	}
+}
