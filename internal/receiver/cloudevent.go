@@ -209,6 +209,11 @@ func (r *Receiver) apiServerEvent(ctx context.Context, e cloudevents.Event) (res
 	if why == "" {
 		return result{message: fmt.Sprintf("%s/%s is not due", repo.Namespace, repo.Name)}, nil
 	}
+	if why == reconcile.DueRequested && reconcile.RequestedByPush(repo) {
+		// The receiver that set this request for a push scans it, with the pushed tags: a
+		// second, hint-less scan here would list the registry again for every push.
+		return result{message: fmt.Sprintf("%s/%s is not due: the push's receiver scans it", repo.Namespace, repo.Name)}, nil
+	}
 	// The event carries the object as it was when it changed. A scan since may have handled
 	// that change already: the webhook's own scan after it set the reconcile annotation, most
 	// often, whose annotation is this very event. The object as it is now decides; one read

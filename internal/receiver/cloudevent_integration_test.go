@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -123,6 +124,19 @@ func TestCloudEventIntegration(t *testing.T) {
 	}
 	if got := f.tagListings(""); got != listings+1 {
 		t.Errorf("an annotation handled since its event was sent was scanned again: %d listings, want %d", got, listings+1)
+	}
+
+	// A request that a receiver set for a push is that receiver's to scan: the event that
+	// announces it costs no listing, however the object's status reads.
+	pushed, err := f.kube.Repositories.RequestReconcile(t.Context(), ns, "source", reconcile.PushRequestToken(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body := f.postEvent(t, false, events.TypeAPIServerUpdate, "update-4", withTypeMeta(mustJSON(t, pushed))); code != http.StatusAccepted {
+		t.Fatalf("update for a push's request: %d %s", code, body)
+	}
+	if got := f.tagListings(""); got != listings+1 {
+		t.Errorf("the event of a push's reconcile request was scanned: %d listings, want %d", got, listings+1)
 	}
 
 	// A delete takes the repository's tags out of the store.

@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/webhook"
 )
@@ -96,7 +95,7 @@ const annotateConcurrency = 8
 // annotated, in order, and the first error; it goes on after an error so that every object it
 // can reach carries the request.
 func (r *Receiver) annotate(ctx context.Context, targets []target) ([]target, error) {
-	token := kube.RequestToken(r.cfg.now())
+	token := reconcile.PushRequestToken(r.cfg.now())
 	errs := make([]error, len(targets))
 	gone := make([]bool, len(targets))
 	var g errgroup.Group

@@ -7,6 +7,7 @@ package reconcile
 import (
 	"hash/fnv"
 	"slices"
+	"strings"
 	"time"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -31,6 +32,25 @@ const (
 	DueFinalizer         = "deleted, holds Flux's finalizer"
 	DueNotStored         = "scanned, but its tags are not stored"
 )
+
+// pushRequestSuffix marks the reconcile requests that the scan function's receiver sets for a
+// push it was told of, after the time Flux's tools write.
+const pushRequestSuffix = "/push"
+
+// PushRequestToken returns the reconcile-request value the receiver sets for a push at now: the
+// RFC 3339 time that Flux's tools write, marked as a push's.
+func PushRequestToken(now time.Time) string {
+	return now.UTC().Format(time.RFC3339Nano) + pushRequestSuffix
+}
+
+// RequestedByPush tells whether an ImageRepository's reconcile request is one that a receiver
+// set for a push. That receiver scans the repository itself right after it sets the request (and
+// the cron reconciler takes the request up if it does not), so an event that announces only
+// this change of the object asks for nothing more.
+func RequestedByPush(repo *v1.ImageRepository) bool {
+	token, ok := repo.Annotations[v1.ReconcileRequestAnnotation]
+	return ok && strings.HasSuffix(token, pushRequestSuffix)
+}
 
 // Window is the span of time that one cron pass answers for: every pass asks "did anything
 // become due in (Now-Period, Now]", so that periodic work that needs no stored timestamp (digest

@@ -231,3 +231,23 @@ func TestOffsetsSpreadObjects(t *testing.T) {
 		t.Errorf("objects fall in %d of 10 minutes", len(perMinute))
 	}
 }
+
+func TestRequestedByPush(t *testing.T) {
+	now := time.Date(2026, 11, 30, 22, 0, 0, 5, time.UTC)
+	for token, want := range map[string]bool{
+		PushRequestToken(now):           true,
+		now.Format(time.RFC3339Nano):    false, // flux reconcile's
+		"":                              false,
+		"push":                          false,
+		PushRequestToken(now) + "extra": false,
+	} {
+		repo := &v1.ImageRepository{}
+		repo.Annotations = map[string]string{v1.ReconcileRequestAnnotation: token}
+		if got := RequestedByPush(repo); got != want {
+			t.Errorf("RequestedByPush(%q) = %v, want %v", token, got, want)
+		}
+	}
+	if RequestedByPush(&v1.ImageRepository{}) {
+		t.Error("a repository without a request was requested by a push")
+	}
+}
