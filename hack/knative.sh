@@ -35,7 +35,10 @@ log() { echo "knative: $*" >&2; }
 # cache at a path of its own, so that Go's build cache serves a second build.
 patched_modfile() {
   local mod=$1 work=$2 pkg version copy
+  # go list -m names no directory for a module not yet in the module cache: download it first.
+  (cd "$mod" && go mod download knative.dev/pkg)
   pkg=$(cd "$mod" && go list -m -f '{{.Dir}}' knative.dev/pkg)
+  [ -n "$pkg" ] || { log "knative.dev/pkg is not in the module cache"; return 1; }
   version=$(cd "$mod" && go list -m -f '{{.Version}}' knative.dev/pkg)
   copy=$CACHE/src/knative-pkg-$version-$PATCH
   if [ ! -d "$copy" ]; then
