@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptrace"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -114,8 +116,23 @@ func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 		b, err := io.ReadAll(resp.Body)
 		answered <- answer{code: resp.StatusCode, body: b, err: err}
 	}()
-	// The evaluation waits for the store that db holds; SIGTERM arrives meanwhile.
+	// The evaluation waits for the store that db holds; SIGTERM arrives meanwhile. A request
+	// written is not yet a request in flight: until the server accepts the connection it sits
+	// in the listener's backlog, which shutting down drops. The evaluation is in flight once
+	// it waits at the store's gate, where a waiting reader holds a shared lock.
 	<-sent
+	gate, err := os.Open(filepath.Join(dir, "reflector.gate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gate.Close()
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if err := syscall.Flock(int(gate.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			return nil // a waiter holds the gate
+		}
+		_ = syscall.Flock(int(gate.Fd()), syscall.LOCK_UN)
+		return errors.New("the evaluation does not wait for the store yet")
+	})
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +149,7 @@ func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 	a := <-answered
 	var out reconcile.PolicyOutcome
 	if a.err != nil || a.code != http.StatusOK || json.Unmarshal(a.body, &out) != nil || out.Result != reconcile.PolicySucceeded {
-		t.Errorf("in-flight evaluation: %d %s %v", a.code, a.body, a.err)
+		t.Errorf("in-flight evaluation: %d %s %v; the function's log:\n%s", a.code, a.body, a.err, logs.Bytes())
 	}
 	select {
 	case err := <-ran:
