@@ -4,7 +4,8 @@
 # which the published module leaves out, and its go.mod replaces gopkg.in/yaml.v3, which only
 # holds in the main module. So it is built from a copy of the module with one placeholder YAML
 # file there (the install manifests are not used by the commands the tests run).
-# Prints the path of the binary. Idempotent. About 4 minutes on 2 cores the first time.
+# Prints the path of the binary. Idempotent. About 12 minutes of CPU time the first time
+# (docs/benchmarks.md).
 set -euo pipefail
 
 FLUX_VERSION=${FLUX_VERSION:-v2.9.5}
