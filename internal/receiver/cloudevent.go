@@ -110,10 +110,12 @@ func (r *Receiver) scanRequested(ctx context.Context, e cloudevents.Event) (resu
 	if err := events.CheckObject(ref.Namespace, ref.Name); err != nil {
 		return result{message: "rejected"}, fmt.Errorf("%s %s: %w", e.Type(), e.ID(), err)
 	}
-	return r.scanNow(ctx, ref.Namespace, ref.Name, events.Brief(ref.Reason))
+	return r.scanNow(ctx, ref.Namespace, ref.Name, nil, events.Brief(ref.Reason))
 }
 
-func (r *Receiver) scanNow(ctx context.Context, namespace, name, why string) (result, error) {
+// scanNow scans namespace/name and waits for the outcome; from read, when it is the object as
+// just read.
+func (r *Receiver) scanNow(ctx context.Context, namespace, name string, read *v1.ImageRepository, why string) (result, error) {
 	// The scan runs to its own deadline (the ImageRepository's spec.timeout, which the scanner
 	// applies) whoever asked for it: a sender that stops waiting, such as the cron reconciler's
 	// request timing out, must not cut it off before its outcome is written. Shutdown still
@@ -126,7 +128,15 @@ func (r *Receiver) scanNow(ctx context.Context, namespace, name, why string) (re
 	r.inFlight.Add(1)
 	r.mu.Unlock()
 	defer r.inFlight.Done()
-	out, err := r.scanner.Scan(trace.Copy(r.base, ctx), namespace, name, nil)
+	var (
+		out reconcile.ScanOutcome
+		err error
+	)
+	if read != nil {
+		out, err = r.scanner.ScanObject(trace.Copy(r.base, ctx), read, nil)
+	} else {
+		out, err = r.scanner.Scan(trace.Copy(r.base, ctx), namespace, name, nil)
+	}
 	res := result{message: describe(out, why), annotated: nil}
 	if err != nil {
 		return res, fmt.Errorf("scanning ImageRepository %s/%s: %w", namespace, name, err)
@@ -192,7 +202,7 @@ func (r *Receiver) apiServerDelete(ctx context.Context, e cloudevents.Event) (re
 	if ignored != "" {
 		return result{message: "ignored: " + ignored}, nil
 	}
-	return r.scanNow(ctx, repo.Namespace, repo.Name, "deleted")
+	return r.scanNow(ctx, repo.Namespace, repo.Name, nil, "deleted")
 }
 
 // apiServerEvent scans the ImageRepository of an ApiServerSource event when it is due.
@@ -231,5 +241,5 @@ func (r *Receiver) apiServerEvent(ctx context.Context, e cloudevents.Event) (res
 	if why = reconcile.RepositoryDue(now, reconcile.Window{Now: r.cfg.now()}); why == "" {
 		return result{message: fmt.Sprintf("%s/%s is not due: handled since", repo.Namespace, repo.Name)}, nil
 	}
-	return r.scanNow(ctx, repo.Namespace, repo.Name, why)
+	return r.scanNow(ctx, repo.Namespace, repo.Name, now, why)
 }

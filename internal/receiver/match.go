@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/webhook"
 )
@@ -24,6 +25,8 @@ type target struct {
 	// answers it.
 	tags []string
 	full bool
+	// annotated is the object as the annotation patch returned it, which the scan starts from.
+	annotated *v1.ImageRepository
 }
 
 func (t target) object() Object { return Object{Namespace: t.namespace, Name: t.name} }
@@ -98,11 +101,13 @@ func (r *Receiver) annotate(ctx context.Context, targets []target) ([]target, er
 	token := reconcile.PushRequestToken(r.cfg.now())
 	errs := make([]error, len(targets))
 	gone := make([]bool, len(targets))
+	annotated := make([]*v1.ImageRepository, len(targets))
 	var g errgroup.Group
 	g.SetLimit(annotateConcurrency)
 	for i, t := range targets {
 		g.Go(func() error {
-			_, err := r.kube.Repositories.RequestReconcile(ctx, t.namespace, t.name, token)
+			var err error
+			annotated[i], err = r.kube.Repositories.RequestReconcile(ctx, t.namespace, t.name, token)
 			switch {
 			case apierrors.IsNotFound(err):
 				// Deleted since the listing: there is nothing to scan.
@@ -129,6 +134,7 @@ func (r *Receiver) annotate(ctx context.Context, targets []target) ([]target, er
 			}
 			continue
 		}
+		t.annotated = annotated[i]
 		done = append(done, t)
 	}
 	return done, first

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/redact"
@@ -26,6 +27,7 @@ import (
 // Scanner scans one ImageRepository; *reconcile.Scanner is the one the scan function uses.
 type Scanner interface {
 	Scan(ctx context.Context, namespace, name string, hint *reconcile.Hint) (reconcile.ScanOutcome, error)
+	ScanObject(ctx context.Context, repo *v1.ImageRepository, hint *reconcile.Hint) (reconcile.ScanOutcome, error)
 }
 
 // Receiver serves registry webhooks under /hook/ (see ServeHTTP) and CloudEvents (see
@@ -121,9 +123,10 @@ func (r *Receiver) Shutdown(ctx context.Context) error {
 }
 
 // scanLater scans namespace/name in the background, within timeout and in the trace of req,
-// so that the sender of the event is not kept waiting on the registry. It reports false when
-// the Receiver is shutting down and the scan is left to the cron reconciler.
-func (r *Receiver) scanLater(req context.Context, namespace, name string, hint *reconcile.Hint, timeout time.Duration) bool {
+// so that the sender of the event is not kept waiting on the registry; from read, when it is the
+// object as just read or written. It reports false when the Receiver is shutting down and the
+// scan is left to the cron reconciler.
+func (r *Receiver) scanLater(req context.Context, namespace, name string, read *v1.ImageRepository, hint *reconcile.Hint, timeout time.Duration) bool {
 	r.mu.Lock()
 	if r.closing {
 		r.mu.Unlock()
@@ -135,7 +138,13 @@ func (r *Receiver) scanLater(req context.Context, namespace, name string, hint *
 		defer r.inFlight.Done()
 		ctx, cancel := context.WithTimeout(trace.Copy(r.base, req), timeout)
 		defer cancel()
-		if _, err := r.scanner.Scan(ctx, namespace, name, hint); err != nil {
+		var err error
+		if read != nil {
+			_, err = r.scanner.ScanObject(ctx, read, hint)
+		} else {
+			_, err = r.scanner.Scan(ctx, namespace, name, hint)
+		}
+		if err != nil {
 			r.cfg.log.WarnContext(ctx, "background scan failed; the cron reconciler retries it",
 				"namespace", namespace, "name", name, "error", redact.String(err.Error()))
 		}

@@ -114,6 +114,17 @@ type pending struct {
 // one follow-up scan and Scan returns at once. A follow-up that lists pushed tags waits until
 // requests stop arriving (see burstQuiet), so that a burst of pushes costs one listing.
 func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) (ScanOutcome, error) {
+	return s.run(ctx, namespace, name, nil, hint)
+}
+
+// ScanObject is Scan of repo, as the caller has just read or written it: the scan uses it instead
+// of reading the object again. A follow-up scan reads the object afresh.
+func (s *Scanner) ScanObject(ctx context.Context, repo *v1.ImageRepository, hint *Hint) (ScanOutcome, error) {
+	return s.run(ctx, repo.Namespace, repo.Name, repo, hint)
+}
+
+// run scans namespace/name, starting from read when it is not nil.
+func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint) (ScanOutcome, error) {
 	key := StoreKey(namespace, name)
 	s.mu.Lock()
 	if s.running == nil {
@@ -138,7 +149,8 @@ func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) 
 	s.mu.Unlock()
 
 	for {
-		out, err := s.scan(ctx, namespace, name, hint)
+		out, err := s.scan(ctx, namespace, name, read, hint)
+		read = nil
 		s.mu.Lock()
 		if p.requested && ctx.Err() == nil && p.hint != nil && s.lists(p.hint, out.TagCount) {
 			s.mu.Unlock()
@@ -253,7 +265,7 @@ func (s *Scanner) log() *slog.Logger {
 	return slog.Default()
 }
 
-func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) (out ScanOutcome, err error) {
+func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint) (out ScanOutcome, err error) {
 	start := s.now()
 	key := StoreKey(namespace, name)
 	var repo *v1.ImageRepository
@@ -291,7 +303,10 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 		s.log().InfoContext(ctx, "scan", attrs...)
 	}()
 
-	got, err := s.Kube.Repositories.Get(ctx, namespace, name)
+	got, err := read, error(nil)
+	if got == nil {
+		got, err = s.Kube.Repositories.Get(ctx, namespace, name)
+	}
 	if apierrors.IsNotFound(err) {
 		// The store is a cache of live objects: a deleted repository loses its entry.
 		metrics.ForgetRepository(namespace, name)
@@ -395,6 +410,19 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 	if !incremental {
 		out.Listing = listing
 	}
+	// The policies are evaluated from the store and the repository's spec, not its status: they
+	// hear of the new tags while the status is written.
+	var announced sync.WaitGroup
+	if changed && s.Sink != nil {
+		announced.Go(func() {
+			data := events.TagsChanged{Namespace: namespace, Name: name, Revision: entry.Revision}
+			if err := s.Sink.Send(ctx, events.TypeTagsChanged, key, data); err != nil {
+				// The cron reconciler re-evaluates policies that missed this.
+				s.log().WarnContext(ctx, "announcing changed tags", "namespace", namespace, "name", name, "error", err)
+			}
+		})
+	}
+	defer announced.Wait()
 	message := fmt.Sprintf("successful scan: found %d tags", len(entry.Tags))
 	updated, err := s.writeStatus(ctx, repo, func(r *v1.ImageRepository) error {
 		r.Status.ObservedGeneration = repo.Generation
@@ -419,15 +447,6 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, hint *Hint) 
 	// As Flux does, a scan is news when it found other tags or ended a failure.
 	if out.Changed || !apimeta.IsStatusConditionTrue(repo.Status.Conditions, v1.ReadyCondition) {
 		s.Recorder.Normal(updated, v1.SucceededReason, message)
-	}
-	if out.Changed {
-		if s.Sink != nil {
-			data := events.TagsChanged{Namespace: namespace, Name: name, Revision: entry.Revision}
-			if err := s.Sink.Send(ctx, events.TypeTagsChanged, key, data); err != nil {
-				// The cron reconciler re-evaluates policies that missed this.
-				s.log().WarnContext(ctx, "announcing changed tags", "namespace", namespace, "name", name, "error", err)
-			}
-		}
 	}
 	return out, nil
 }
