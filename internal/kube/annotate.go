@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -20,11 +19,6 @@ func (o *Objects[T, L]) RequestReconcile(ctx context.Context, namespace, name, v
 		},
 	})
 	return o.Patch(ctx, namespace, name, types.MergePatchType, patch)
-}
-
-// RequestToken returns a reconcile-request value for now, in the RFC 3339 form Flux uses.
-func RequestToken(now time.Time) string {
-	return now.UTC().Format(time.RFC3339Nano)
 }
 
 // ReconcileRequest returns the value of obj's reconcile-request annotation, if any.

@@ -49,7 +49,7 @@ func TestUpdateStatusIntegrationSurvivesAnnotationChurn(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := c.Repositories.RequestReconcile(ctx, ns, "app", kube.RequestToken(time.Now())); err == nil {
+				if _, err := c.Repositories.RequestReconcile(ctx, ns, "app", testenv.RequestToken(time.Now())); err == nil {
 					annotations.Add(1)
 				}
 			}

@@ -120,7 +120,7 @@ func TestCronIntegrationDueRules(t *testing.T) {
 		markScanned(t, c, ns, name, now)
 	}
 	markScanned(t, c, ns, "stale", now.Add(-6*time.Minute))
-	if _, err := c.Repositories.RequestReconcile(ctx, ns, "requested", kube.RequestToken(now)); err != nil {
+	if _, err := c.Repositories.RequestReconcile(ctx, ns, "requested", testenv.RequestToken(now)); err != nil {
 		t.Fatal(err)
 	}
 	edited, err := c.Repositories.Get(ctx, ns, "edited")
@@ -172,7 +172,7 @@ func TestCronIntegrationFunctionDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	markScanned(t, c, ns, "app", time.Now())
-	if _, err := c.Repositories.RequestReconcile(ctx, ns, "app", kube.RequestToken(time.Now())); err != nil {
+	if _, err := c.Repositories.RequestReconcile(ctx, ns, "app", testenv.RequestToken(time.Now())); err != nil {
 		t.Fatal(err)
 	}
 

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
-	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -318,7 +317,7 @@ func TestEvaluateIntegrationDigestReflection(t *testing.T) {
 		}
 	}
 	// A reconcile request evaluates again, but IfNotPresent keeps the digest it has.
-	if _, err := f.kube.Policies.RequestReconcile(ctx, f.ns, "ifnotpresent", kube.RequestToken(time.Now())); err != nil {
+	if _, err := f.kube.Policies.RequestReconcile(ctx, f.ns, "ifnotpresent", testenv.RequestToken(time.Now())); err != nil {
 		t.Fatal(err)
 	}
 	if out := f.evaluate(t, f.ns, "ifnotpresent"); out.Result != reconcile.PolicySucceeded || out.Changed {
@@ -467,7 +466,7 @@ func TestEvaluateIntegrationStoreHeldByWriter(t *testing.T) {
 	defer release()
 	impatient := f.evaluator(t)
 	impatient.StoreWait = 300 * time.Millisecond
-	if _, err := f.kube.Policies.RequestReconcile(ctx, f.ns, "app", kube.RequestToken(time.Now())); err != nil {
+	if _, err := f.kube.Policies.RequestReconcile(ctx, f.ns, "app", testenv.RequestToken(time.Now())); err != nil {
 		t.Fatal(err)
 	}
 	out, err := impatient.Evaluate(ctx, f.ns, "app")
@@ -506,7 +505,7 @@ func TestEvaluateIntegrationSkipsUnchanged(t *testing.T) {
 		t.Error("an unchanged evaluation wrote the status")
 	}
 
-	token := kube.RequestToken(time.Now())
+	token := testenv.RequestToken(time.Now())
 	if _, err := f.kube.Policies.RequestReconcile(ctx, f.ns, "app", token); err != nil {
 		t.Fatal(err)
 	}

@@ -123,7 +123,7 @@ func TestScanIntegrationFullThenIncremental(t *testing.T) {
 
 	// A push of 1.2.0, announced by a webhook that set the annotation first.
 	f.reg.Push(t, "app", "1.2.0")
-	token := kube.RequestToken(time.Now())
+	token := testenv.RequestToken(time.Now())
 	if _, err := f.kube.Repositories.RequestReconcile(ctx, f.ns, "app", token); err != nil {
 		t.Fatal(err)
 	}

@@ -80,17 +80,6 @@ type Result struct {
 	PageSize int
 }
 
-// LatestTags returns the sample of tags that status.lastScanResult.latestTags shows: the first
-// ten in descending byte order, as Flux does.
-func (r Result) LatestTags() []string {
-	n := min(10, len(r.Tags))
-	latest := make([]string, n)
-	for i := range n {
-		latest[i] = r.Tags[len(r.Tags)-1-i]
-	}
-	return latest
-}
-
 // minPageSize is the smallest page size asked for after refusals; below it the refusal is
 // unlikely to be about the size.
 const minPageSize = 10

@@ -28,11 +28,6 @@ func TestIntegrationListTagsFollowsEveryPage(t *testing.T) {
 	if got, want := reg.RequestCount(), res.Pages+1; got != want {
 		t.Errorf("%d requests reached the registry, want %d: one ping and one per page", got, want)
 	}
-	want := []string{"build-0025000", "build-0024999", "build-0024998", "build-0024997", "build-0024996",
-		"build-0024995", "build-0024994", "build-0024993", "build-0024992", "build-0024991"}
-	if got := res.LatestTags(); !slices.Equal(got, want) {
-		t.Errorf("LatestTags = %q, want %q", got, want)
-	}
 }
 
 func TestIntegrationListTagsFallsBackToSmallerPages(t *testing.T) {

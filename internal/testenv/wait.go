@@ -25,3 +25,9 @@ func Eventually(tb testing.TB, within time.Duration, check func() error) {
 		time.Sleep(pollEvery)
 	}
 }
+
+// RequestToken returns a reconcile-request value for now in the form the flux CLI writes
+// (RFC 3339 with nanoseconds, UTC).
+func RequestToken(now time.Time) string {
+	return now.UTC().Format(time.RFC3339Nano)
+}

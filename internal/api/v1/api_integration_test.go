@@ -280,7 +280,7 @@ func TestAPIIntegrationStatusSubresource(t *testing.T) {
 	}
 
 	// The reconcile-request annotation goes to metadata, and status keeps what it had.
-	annotated, err := c.Repositories.RequestReconcile(ctx, ns, "app", kube.RequestToken(time.Now()))
+	annotated, err := c.Repositories.RequestReconcile(ctx, ns, "app", testenv.RequestToken(time.Now()))
 	if err != nil {
 		t.Fatal(err)
 	}
