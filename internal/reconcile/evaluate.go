@@ -192,15 +192,7 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	if pol.Spec.Suspend {
 		out.Result = PolicySuspended
 		// As Flux does, a suspended object acknowledges a reconcile request without acting on it.
-		if token, ok := kube.ReconcileRequest(pol.Annotations); ok && token != pol.Status.LastHandledReconcileAt {
-			if _, err := e.Kube.Policies.UpdateStatus(ctx, pol.Namespace, pol.Name, func(p *v1.ImagePolicy) error {
-				p.Status.LastHandledReconcileAt = token
-				return nil
-			}); err != nil {
-				return out, fmt.Errorf("recording the reconcile request of suspended ImagePolicy %s/%s: %w", pol.Namespace, pol.Name, err)
-			}
-		}
-		return out, nil
+		return out, e.status().acknowledge(ctx, pol)
 	}
 	// The request acted upon is the one present now; a later one is handled by a later call.
 	token, _ := kube.ReconcileRequest(pol.Annotations)
@@ -313,7 +305,7 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 	var wasReady bool
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
-	updated, err := e.writeStatus(wctx, pol, func(p *v1.ImagePolicy) error {
+	updated, err := e.status().write(wctx, pol, func(p *v1.ImagePolicy) error {
 		st := &p.Status
 		wasReady = apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition)
 		out.Changed, out.Previous = false, nil
@@ -362,38 +354,17 @@ func readyMessage(st *v1.ImagePolicyStatus) string {
 	return fmt.Sprintf("Latest image tag for '%s' resolved to %s", latest.Name, latest.Tag)
 }
 
-// fail writes a failed evaluation, leaving latestRef and observedPreviousRef as they are.
+// fail writes a failed evaluation, leaving latestRef and observedPreviousRef as they are
+// (statusWriter.fail).
 func (e *Evaluator) fail(ctx context.Context, pol *v1.ImagePolicy, token, reason string, stalled bool, cause error) (PolicyOutcome, error) {
 	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicyFailed,
-		Latest: pol.Status.LatestRef, Reason: reason, Message: redact.String(cause.Error())}
+		Latest: pol.Status.LatestRef, Reason: reason, Message: failureMessage(cause)}
 	if stalled {
 		out.Result = PolicyStalled
 	}
-	if ctx.Err() != nil {
-		// The caller gave up (a shutdown, a cancelled request): what failed is the evaluation,
-		// not the policy, and the request is delivered again.
-		return out, fmt.Errorf("evaluation of ImagePolicy %s/%s cut short (%s): %w", pol.Namespace, pol.Name, out.Message, context.Cause(ctx))
-	}
-	wctx, cancel := writeContext(ctx)
-	defer cancel()
-	updated, err := e.writeStatus(wctx, pol, func(p *v1.ImagePolicy) error {
-		p.Status.ObservedGeneration = pol.Generation
-		if token != "" {
-			p.Status.LastHandledReconcileAt = token
-		}
-		if stalled {
-			markStalled(&p.Status.Conditions, pol.Generation, reason, out.Message)
-		} else {
-			markFailed(&p.Status.Conditions, pol.Generation, reason, out.Message)
-		}
-		return nil
-	})
-	if err != nil {
-		return out, fmt.Errorf("writing the failure of ImagePolicy %s/%s (%s): %w", pol.Namespace, pol.Name, out.Message, err)
-	}
+	updated, err := e.status().fail(ctx, pol, token, reason, stalled, out.Message)
 	out.Latest = updated.Status.LatestRef
-	e.Recorder.Warning(updated, reason, out.Message)
-	return out, nil
+	return out, err
 }
 
 // failNoTags reports a repository without stored tags for it as it is now; cause is the store's
@@ -417,19 +388,9 @@ func (e *Evaluator) failStore(ctx context.Context, pol *v1.ImagePolicy, token st
 	return out, errors.Join(fmt.Errorf("ImagePolicy %s/%s: %w", pol.Namespace, pol.Name, cause), err)
 }
 
-// writeStatus writes the status that mutate derives, as a patch against pol, the object the
-// evaluation read; that saves a read per policy. When pol is stale, the conflict makes it start
-// over from a fresh read, as many times as it takes.
-func (e *Evaluator) writeStatus(ctx context.Context, pol *v1.ImagePolicy, mutate func(*v1.ImagePolicy) error) (*v1.ImagePolicy, error) {
-	next := pol.DeepCopy()
-	if err := mutate(next); err != nil {
-		return nil, err
-	}
-	updated, err := e.Kube.Policies.PatchStatus(ctx, pol, next)
-	if apierrors.IsConflict(err) {
-		return e.Kube.Policies.UpdateStatus(ctx, pol.Namespace, pol.Name, mutate)
-	}
-	return updated, err
+// status writes ImagePolicy status.
+func (e *Evaluator) status() statusWriter[*v1.ImagePolicy] {
+	return statusWriter[*v1.ImagePolicy]{objects: e.Kube.Policies, fields: policyFields, recorder: e.Recorder}
 }
 
 // writeContext returns the context of a status write: it outlives a caller that gave up, so

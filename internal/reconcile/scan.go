@@ -323,16 +323,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		return s.finalize(ctx, repo)
 	}
 	if repo.Spec.Suspend {
-		// As Flux does, a suspended object acknowledges a reconcile request without acting on it.
-		if token, ok := kube.ReconcileRequest(repo.Annotations); ok && token != repo.Status.LastHandledReconcileAt {
-			if _, err := s.Kube.Repositories.UpdateStatus(ctx, namespace, name, func(r *v1.ImageRepository) error {
-				r.Status.LastHandledReconcileAt = token
-				return nil
-			}); err != nil {
-				return ScanOutcome{Skipped: SkippedSuspended}, fmt.Errorf("recording the reconcile request of suspended ImageRepository %s: %w", key, err)
-			}
-		}
-		return ScanOutcome{Skipped: SkippedSuspended}, nil
+		return ScanOutcome{Skipped: SkippedSuspended}, s.status().acknowledge(ctx, repo)
 	}
 	token := repo.Annotations[v1.ReconcileRequestAnnotation]
 
@@ -424,7 +415,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	}
 	defer announced.Wait()
 	message := fmt.Sprintf("successful scan: found %d tags", len(entry.Tags))
-	updated, err := s.writeStatus(ctx, repo, func(r *v1.ImageRepository) error {
+	updated, err := s.status().write(ctx, repo, func(r *v1.ImageRepository) error {
 		r.Status.ObservedGeneration = repo.Generation
 		r.Status.CanonicalImageName = canonical
 		r.Status.ObservedExclusionList = slices.Clone(repo.GetExclusionList())
@@ -549,43 +540,15 @@ func listed(ctx context.Context, sc *registry.Scan, res registry.Result, pushed 
 }
 
 // fail records a failed scan in the status, keeping the stored tags and the previous
-// lastScanResult. The failure is the object's, not the scanner's: it is reported in the status
-// and a Warning event, and the returned error is only about writing those.
+// lastScanResult (statusWriter.fail).
 func (s *Scanner) fail(ctx context.Context, repo *v1.ImageRepository, token, reason string, stalled bool, cause error) (ScanOutcome, error) {
-	out := ScanOutcome{Failure: reason, Stalled: stalled}
-	message := redact.String(cause.Error())
-	updated, err := s.writeStatus(ctx, repo, func(r *v1.ImageRepository) error {
-		r.Status.ObservedGeneration = repo.Generation
-		if token != "" {
-			r.Status.LastHandledReconcileAt = token
-		}
-		if stalled {
-			markStalled(&r.Status.Conditions, repo.Generation, reason, message)
-		} else {
-			markFailed(&r.Status.Conditions, repo.Generation, reason, message)
-		}
-		return nil
-	})
-	if err != nil {
-		return out, fmt.Errorf("writing the failure of ImageRepository %s/%s (%s): %w", repo.Namespace, repo.Name, message, err)
-	}
-	s.Recorder.Warning(updated, reason, message)
-	return out, nil
+	_, err := s.status().fail(ctx, repo, token, reason, stalled, failureMessage(cause))
+	return ScanOutcome{Failure: reason, Stalled: stalled}, err
 }
 
-// writeStatus writes the status that mutate derives as a patch against repo, the object the
-// scan read, which saves a read; when repo is stale (an annotation arrived since), the conflict
-// makes it start over from a fresh read.
-func (s *Scanner) writeStatus(ctx context.Context, repo *v1.ImageRepository, mutate func(*v1.ImageRepository) error) (*v1.ImageRepository, error) {
-	next := repo.DeepCopy()
-	if err := mutate(next); err != nil {
-		return nil, err
-	}
-	updated, err := s.Kube.Repositories.PatchStatus(ctx, repo, next)
-	if apierrors.IsConflict(err) {
-		return s.Kube.Repositories.UpdateStatus(ctx, repo.Namespace, repo.Name, mutate)
-	}
-	return updated, err
+// status writes ImageRepository status.
+func (s *Scanner) status() statusWriter[*v1.ImageRepository] {
+	return statusWriter[*v1.ImageRepository]{objects: s.Kube.Repositories, fields: repositoryFields, recorder: s.Recorder}
 }
 
 // latestTags returns the status sample of an ascending tag list: its last ten, greatest first.

@@ -1,0 +1,133 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/redact"
+)
+
+// statusFields points at the status fields that ImageRepository and ImagePolicy share.
+type statusFields struct {
+	observedGeneration *int64
+	lastHandled        *string
+	conditions         *[]metav1.Condition
+}
+
+func repositoryFields(r *v1.ImageRepository) statusFields {
+	return statusFields{&r.Status.ObservedGeneration, &r.Status.LastHandledReconcileAt, &r.Status.Conditions}
+}
+
+func policyFields(p *v1.ImagePolicy) statusFields {
+	return statusFields{&p.Status.ObservedGeneration, &p.Status.LastHandledReconcileAt, &p.Status.Conditions}
+}
+
+// object is an ImageRepository or an ImagePolicy.
+type object[T any] interface {
+	kube.Object
+	DeepCopy() T
+}
+
+// statusObjects is the part of a kube.Objects client that writes status.
+type statusObjects[T any] interface {
+	PatchStatus(ctx context.Context, old, obj T) (T, error)
+	UpdateStatus(ctx context.Context, namespace, name string, mutate func(T) error) (T, error)
+}
+
+// statusWriter writes the status of one kind the same way for the scanner and the evaluator.
+type statusWriter[T object[T]] struct {
+	objects  statusObjects[T]
+	fields   func(T) statusFields
+	recorder *kube.Recorder
+}
+
+// write writes the status that mutate derives as a patch against obj, the object as read, which
+// saves a read; when obj is stale (an annotation arrived since), the conflict makes it start over
+// from a fresh read.
+func (w statusWriter[T]) write(ctx context.Context, obj T, mutate func(T) error) (T, error) {
+	next := obj.DeepCopy()
+	if err := mutate(next); err != nil {
+		var zero T
+		return zero, err
+	}
+	updated, err := w.objects.PatchStatus(ctx, obj, next)
+	if apierrors.IsConflict(err) {
+		return w.objects.UpdateStatus(ctx, obj.GetNamespace(), obj.GetName(), mutate)
+	}
+	return updated, err
+}
+
+// fail records a failure of obj in its status, keeping what else the status holds (the stored
+// tags' scan result, latestRef), and in a Warning event: Ready=False with reason, and
+// Stalled=True when only a spec change can cure it. token, when not empty, is the reconcile
+// request handled. The failure is the object's; the error returned is about recording it.
+//
+// A caller that gave up (a shutdown, a cancelled request) records nothing: what failed is the
+// reconcile, not the object, and the request is handled again. A deadline is recorded, since a
+// registry that answers too late is the object's failure; the write itself outlives it briefly.
+func (w statusWriter[T]) fail(ctx context.Context, obj T, token, reason string, stalled bool, message string) (T, error) {
+	kind := kindOf(obj)
+	if errors.Is(context.Cause(ctx), context.Canceled) {
+		return obj, fmt.Errorf("reconcile of %s %s/%s cut short (%s): %w", kind, obj.GetNamespace(), obj.GetName(), message, context.Cause(ctx))
+	}
+	wctx, cancel := writeContext(ctx)
+	defer cancel()
+	generation := obj.GetGeneration()
+	updated, err := w.write(wctx, obj, func(o T) error {
+		f := w.fields(o)
+		*f.observedGeneration = generation
+		if token != "" {
+			*f.lastHandled = token
+		}
+		if stalled {
+			markStalled(f.conditions, generation, reason, message)
+		} else {
+			markFailed(f.conditions, generation, reason, message)
+		}
+		return nil
+	})
+	if err != nil {
+		return obj, fmt.Errorf("writing the failure of %s %s/%s (%s): %w", kind, obj.GetNamespace(), obj.GetName(), message, err)
+	}
+	w.recorder.Warning(updated, reason, message)
+	return updated, nil
+}
+
+// acknowledge records obj's reconcile request as handled without acting on it, as Flux does for
+// a suspended object.
+func (w statusWriter[T]) acknowledge(ctx context.Context, obj T) error {
+	token, ok := kube.ReconcileRequest(obj.GetAnnotations())
+	if !ok || token == *w.fields(obj).lastHandled {
+		return nil
+	}
+	if _, err := w.objects.UpdateStatus(ctx, obj.GetNamespace(), obj.GetName(), func(o T) error {
+		*w.fields(o).lastHandled = token
+		return nil
+	}); err != nil {
+		return fmt.Errorf("recording the reconcile request of suspended %s %s/%s: %w", kindOf(obj), obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
+}
+
+// kindOf names obj's kind for a message.
+func kindOf(obj runtime.Object) string {
+	switch obj.(type) {
+	case *v1.ImageRepository:
+		return v1.ImageRepositoryKind
+	case *v1.ImagePolicy:
+		return v1.ImagePolicyKind
+	}
+	return obj.GetObjectKind().GroupVersionKind().Kind
+}
+
+// failureMessage is the message a failure records: cause's, without secrets.
+func failureMessage(cause error) string {
+	return redact.String(cause.Error())
+}
