@@ -76,3 +76,10 @@ func WithCloudAuth(a *cloudauth.Authenticator) Option {
 		}
 	}
 }
+
+// WithSessionTTL sets how long the authenticated session of a repository is reused by later
+// scans with the same credentials (DefaultSessionTTL by default); zero pings the registry at
+// every scan.
+func WithSessionTTL(d time.Duration) Option {
+	return func(c *Client) { c.sessions = &sessions{ttl: max(d, 0)} }
+}

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -30,12 +31,15 @@ type Scan struct {
 	deadline time.Time
 	exclude  []*regexp.Regexp
 	owned    *http.Transport
+	// session is the key of the reused session the scan runs in, if any.
+	session *[sha256.Size]byte
 }
 
 // Prepare checks obj's spec, reads the Secrets and ServiceAccount it refers to from its
 // namespace through kube (which may be nil when it refers to none), logs in to the cloud of a
 // provider other than generic, and pings the registry with the resulting credentials, TLS and
-// proxy settings. The error is an *Error: an invalid image, a provider that does not serve the
+// proxy settings, unless a recent scan of the same repository with the same credentials left
+// a session to reuse (see DefaultSessionTTL). The error is an *Error: an invalid image, a provider that does not serve the
 // image's registry, or object-level identity without its feature gate is Stalled; unreadable or
 // refused credentials are AuthenticationFailed. Close the Scan when done with it.
 func (c *Client) Prepare(ctx context.Context, kube kubernetes.Interface, obj *v1.ImageRepository) (*Scan, error) {
@@ -81,11 +85,30 @@ func (c *Client) Prepare(ctx context.Context, kube kubernetes.Interface, obj *v1
 		s.owned = base
 	}
 
+	// A scan with its own TLS or proxy settings opens its own session; others reuse one.
+	var key [sha256.Size]byte
+	reuse := s.owned == nil
+	if reuse {
+		if key, err = sessionKey(ctx, repo, auth); err != nil {
+			reuse = false // the ping below reports the credentials' failure
+		}
+	}
+	if reuse {
+		if rt, ok := c.sessions.get(key, time.Now()); ok {
+			s.rt, s.session = rt, &key
+			s.client = &http.Client{Transport: s.rt}
+			return s, nil
+		}
+	}
 	polite := transport.NewUserAgent(&politeTransport{inner: base, c: c}, userAgent)
 	s.rt, err = transport.NewWithContext(ctx, repo.Registry, auth, polite, []string{repo.Scope(transport.PullScope)})
 	if err != nil {
 		s.Close()
 		return nil, s.fail(ctx, "connecting to registry "+repo.RegistryStr(), err)
+	}
+	if reuse {
+		c.sessions.put(key, s.rt, time.Now())
+		s.session = &key
 	}
 	s.client = &http.Client{Transport: s.rt}
 	return s, nil
@@ -115,6 +138,9 @@ func (s *Scan) Excluded(tag string) bool {
 // fail describes and classifies the failure of the operation what, saying so when the scan's
 // timeout, rather than the caller, ended it.
 func (s *Scan) fail(ctx context.Context, what string, err error) error {
+	if s.session != nil {
+		s.c.sessions.drop(*s.session, err)
+	}
 	if _, waited := errors.AsType[*RetryAfterError](err); !waited && timedOut(ctx, err) && !time.Now().Before(s.deadline) {
 		return classify(fmt.Errorf("%s: timed out after %s (the ImageRepository's timeout): %w", what, s.timeout, err))
 	}

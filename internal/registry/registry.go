@@ -56,6 +56,7 @@ type Client struct {
 	initialBackoff time.Duration
 	maxBackoff     time.Duration
 	cloud          *cloudauth.Authenticator
+	sessions       *sessions
 
 	mu       sync.Mutex
 	limiters map[string]*rate.Limiter
@@ -73,6 +74,7 @@ func New(opts ...Option) *Client {
 		initialBackoff: DefaultInitialBackoff,
 		maxBackoff:     DefaultMaxBackoff,
 		limiters:       map[string]*rate.Limiter{},
+		sessions:       &sessions{ttl: DefaultSessionTTL},
 	}
 	for _, o := range opts {
 		o(c)
