@@ -13,7 +13,12 @@
 #     outside a pod its programs share one host, so the probe server listens where
 #     KNATIVE_PROBES_PORT says;
 #   - version/version.go: the apiserver version check ignores build metadata, which
-#     hack/testenv.sh's kube-apiserver reports as "+$Format:%H$", not semver.
+#     hack/testenv.sh's kube-apiserver reports as "+$Format:%H$", not semver;
+#   - listen_addr.go in webhook/, profiling/ and observability/runtime/, with the edits that
+#     tools/knative/_listen.tsv lists (file, text, replacement; each text must occur once):
+#     Knative's servers listen on every interface, and KNATIVE_LISTEN_HOST names one host
+#     instead, so that the tests' programs bind 127.0.0.1 only. (Its metrics server takes
+#     METRICS_PROMETHEUS_HOST already.)
 # Prints the directory holding the binaries. Idempotent: nothing is built when they exist.
 # About 7 minutes on 2 cores with a warm module cache.
 set -euo pipefail
@@ -23,12 +28,26 @@ HACK=$PWD
 SERVING_VERSION=$(cd tools/knative-serving && go list -m -f '{{.Version}}' knative.dev/serving)
 EVENTING_VERSION=$(cd tools/knative && go list -m -f '{{.Version}}' knative.dev/eventing)
 OVERLAY=$HACK/tools/knative/_overlay
-PATCH=$(cd "$OVERLAY" && find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-8)
+EDITS=$HACK/tools/knative/_listen.tsv
+PATCH=$( (cd "$OVERLAY" && find . -type f | LC_ALL=C sort | xargs sha256sum; sha256sum <"$EDITS") | sha256sum | cut -c1-8)
 CACHE=${REFLECTOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/reflector}
 BIN=$CACHE/bin
 mkdir -p "$BIN"
 
 log() { echo "knative: $*" >&2; }
+
+# edit_copy DIR makes the edits of $EDITS in a copy of knative.dev/pkg, and fails when a text
+# does not occur exactly once (a new version of knative.dev/pkg moved it).
+edit_copy() {
+  local dir=$1 file from to n content
+  while IFS=$'\t' read -r file from to; do
+    [ -n "$file" ] || continue
+    n=$(grep -cF -- "$from" "$dir/$file" || true)
+    [ "$n" = 1 ] || { log "$file: '$from' occurs $n times, not once"; return 1; }
+    content=$(<"$dir/$file")
+    printf '%s\n' "${content/"$from"/"$to"}" >"$dir/$file"
+  done <"$EDITS"
+}
 
 # patched_modfile MODULE_DIR WORK writes WORK/go.mod and go.sum: the module's, with
 # knative.dev/pkg replaced by a copy that carries the files of the overlay. The copy stays in the
@@ -46,6 +65,7 @@ patched_modfile() {
     cp -r "$pkg" "$copy.tmp"
     chmod -R u+w "$copy.tmp"
     cp -r "$OVERLAY/." "$copy.tmp/"
+    edit_copy "$copy.tmp"
     mv "$copy.tmp" "$copy"
   fi
   mkdir -p "$work"

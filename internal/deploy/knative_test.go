@@ -248,6 +248,15 @@ func TestKnativeIntegration(t *testing.T) {
 			return err
 		})
 	})
+	t.Run("every server listens on loopback only", func(t *testing.T) {
+		exposed, err := env.ExposedListeners()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for proc, addrs := range exposed {
+			t.Errorf("%s listens on %v, outside 127.0.0.1", proc, addrs)
+		}
+	})
 	t.Logf("TestKnativeIntegration took %s", time.Since(start).Round(time.Millisecond))
 }
 

@@ -53,6 +53,33 @@ func TestObjectEventsIntegration(t *testing.T) {
 	}
 	waitLatest(t, s, "objects", "1.1.0")
 
+	t.Run("every process listens on loopback only", func(t *testing.T) {
+		for _, c := range stack.Components() {
+			pid := s.PID(c)
+			if pid == 0 {
+				t.Errorf("%s is not running", c)
+				continue
+			}
+			addrs, err := testenv.Listeners(pid)
+			if err != nil {
+				t.Fatalf("%s: %v", c, err)
+			}
+			if len(addrs) == 0 {
+				t.Errorf("%s listens nowhere: the check reads nothing", c)
+			}
+			if bad := testenv.NonLoopback(addrs); len(bad) > 0 {
+				t.Errorf("%s listens on %v, outside 127.0.0.1", c, bad)
+			}
+		}
+		exposed, err := s.Env.ExposedListeners()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for proc, addrs := range exposed {
+			t.Errorf("%s listens on %v, outside 127.0.0.1", proc, addrs)
+		}
+	})
+
 	timed := func(what string, check func() error) {
 		t.Helper()
 		start := time.Now()

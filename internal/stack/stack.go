@@ -321,7 +321,9 @@ func (s *Stack) adapter(env []string, name, sink, resource string, profilingPort
 	cmd.Env = append(env, "K_SINK="+sink, "K_SOURCE_CONFIG="+cfg,
 		"NAME=reflector-objects", "NAMESPACE=reflector-system", "SYSTEM_NAMESPACE=knative-eventing",
 		"POD_NAME="+name, "K_COMPONENT=apiserversource", "K_KLOG_VERBOSITY=2",
-		"PROFILING_PORT="+strconv.Itoa(profilingPort))
+		"PROFILING_PORT="+strconv.Itoa(profilingPort),
+		// Its servers on 127.0.0.1 only (hack/knative.sh), not on every interface.
+		"KNATIVE_LISTEN_HOST=127.0.0.1", "METRICS_PROMETHEUS_HOST=127.0.0.1")
 	return cmd
 }
 

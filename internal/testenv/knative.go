@@ -298,6 +298,9 @@ func (e *Env) startKnativeComponent(ctx context.Context, name, namespace, bin st
 			environ = append(environ, "KUBERNETES_MIN_VERSION=v0.0.0")
 		}
 		environ = append(environ,
+			// Every server of the program on 127.0.0.1 (hack/knative.sh), not every interface.
+			"KNATIVE_LISTEN_HOST=127.0.0.1",
+			"METRICS_PROMETHEUS_HOST=127.0.0.1",
 			"KNATIVE_PROBES_PORT="+strconv.Itoa(probes),
 			"PROFILING_PORT="+strconv.Itoa(pprofPort),
 			"METRICS_PROMETHEUS_PORT="+strconv.Itoa(metrics),

@@ -1,7 +1,9 @@
 // This file replaces knative.dev/pkg/injection/health_check.go when hack/knative.sh builds
-// Knative's programs (go build -overlay). Knative serves its kubelet probes on port 8080, fixed;
-// outside a pod several of its programs share one host, so here KNATIVE_PROBES_PORT moves the
-// probe server, and "off" turns it off. The API is the one the rest of Knative uses.
+// Knative's programs (a copy of the module with this file in place). Knative serves its kubelet
+// probes on port 8080, fixed; outside a pod several of its programs share one host, so here
+// KNATIVE_PROBES_PORT moves the probe server, "off" turns it off, and KNATIVE_LISTEN_HOST names
+// the host it listens on (every interface when unset). The API is the one the rest of Knative
+// uses.
 
 package injection
 
@@ -9,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -41,7 +44,7 @@ func ServeHealthProbes(ctx context.Context, port int) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readiness", handler(ctx, addReadinessKey{}))
 	mux.HandleFunc("/health", handler(ctx, addLivenessKey{}))
-	server := http.Server{ReadHeaderTimeout: time.Minute, Handler: mux, Addr: ":" + strconv.Itoa(port)}
+	server := http.Server{ReadHeaderTimeout: time.Minute, Handler: mux, Addr: net.JoinHostPort(os.Getenv("KNATIVE_LISTEN_HOST"), strconv.Itoa(port))}
 	go func() {
 		<-ctx.Done()
 		_ = server.Shutdown(context.Background())
