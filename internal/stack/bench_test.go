@@ -11,6 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"golang.org/x/sync/errgroup"
+
 	"github.com/imagereflector/reflector/internal/stack"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
@@ -40,47 +45,115 @@ spec:
 // push to the ImagePolicy's new latestRef: once through docker-registry's own notifications
 // (registry_p50_ms, registry_p99_ms, which include the registry's notification delay) and once
 // from the sending of a webhook to the scan function for a registry that notifies nobody else
-// (webhook_p50_ms, webhook_p99_ms). b.N counts pushes of each kind.
+// (webhook_p50_ms, webhook_p99_ms). b.N counts pushes of each kind. The sub-benchmarks differ
+// in how many tags each repository holds before the measured pushes (seed tags that no policy
+// selects); each starts its own stack once, which later runs of the same sub-benchmark reuse.
 func BenchmarkPushToLatest(b *testing.B) {
+	for _, tags := range []int{100, 10_000} {
+		var pb *pushBench
+		b.Run(fmt.Sprintf("tags=%d", tags), func(sub *testing.B) {
+			if pb == nil {
+				pb = newPushBench(b, tags)
+			}
+			pb.run(sub)
+		})
+	}
+}
+
+// pushBench is one stack with two repositories of tags tags each: app in docker-registry, which
+// notifies the scan function, and direct in an in-process registry, which notifies nobody.
+type pushBench struct {
+	s           *stack.Stack
+	image       string
+	direct      *testenv.Registry
+	directImage string
+	pushed      int
+}
+
+func newPushBench(b *testing.B, tags int) *pushBench {
 	ctx := context.Background()
-	s := start(b, stack.Options{CronEvery: time.Minute, NotifyBackoff: 200 * time.Millisecond})
-	image := s.Registry + "/bench/app"
-	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(manifests, image))); err != nil {
+	// The seed's notifications must not queue up in docker-registry behind the webhook's rate
+	// limit, ahead of the measured pushes'.
+	s := start(b, stack.Options{CronEvery: time.Minute, NotifyBackoff: 200 * time.Millisecond,
+		Env: map[string][]string{stack.Scan: {"REFLECTOR_WEBHOOK_RATE=1000000", "REFLECTOR_WEBHOOK_BURST=1000"}}})
+	pb := &pushBench{s: s, image: s.Registry + "/bench/app"}
+	// The seed tags go in before the ImageRepositories exist: their notifications match
+	// nothing, and the first scan lists them all.
+	seed := testenv.RegistryTags("seed-", tags-1)
+	if err := pushTags(ctx, pb.image, seed); err != nil {
 		b.Fatal(err)
 	}
-	waitFor := func(tag string) { waitForPolicy(b, s, "stable", tag) }
-	if _, err := stack.Push(image + ":1.0.0"); err != nil {
+	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(manifests, pb.image))); err != nil {
 		b.Fatal(err)
 	}
-	waitFor("1.0.0")
+	if _, err := stack.Push(pb.image + ":1.0.0"); err != nil {
+		b.Fatal(err)
+	}
+	waitForPolicy(b, s, "stable", "1.0.0")
 
-	// A second repository lives in an in-process registry that sends no notifications, so that
-	// the only announcement of its pushes is the benchmark's own webhook.
-	direct := testenv.NewRegistry(b)
-	directImage := direct.Image("bench/direct")
-	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(directManifests, directImage))); err != nil {
+	pb.direct = testenv.NewRegistry(b)
+	pb.directImage = pb.direct.Image("bench/direct")
+	pb.direct.Push(b, "bench/direct", append([]string{"1.0.0"}, seed...)...)
+	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(directManifests, pb.directImage))); err != nil {
 		b.Fatal(err)
 	}
-	direct.Push(b, "bench/direct", "1.0.0")
-	hook(b, s, directImage, "bench/direct", "1.0.0", "warmup")
+	hook(b, s, pb.directImage, "bench/direct", "1.0.0", "warmup")
 	waitForPolicy(b, s, "direct", "1.0.0")
+	for _, name := range []string{"app", "direct"} {
+		r, err := s.Kube.Repositories.Get(ctx, "default", name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r.Status.LastScanResult == nil || r.Status.LastScanResult.TagCount != tags {
+			b.Fatalf("ImageRepository %s holds %v, want %d tags", name, r.Status.LastScanResult, tags)
+		}
+	}
+	return pb
+}
 
+// pushTags pushes one image under every tag of tags to image's repository, eight at a time.
+func pushTags(ctx context.Context, image string, tags []string) error {
+	img, err := random.Image(256, 1)
+	if err != nil {
+		return err
+	}
+	pusher, err := remote.NewPusher()
+	if err != nil {
+		return err
+	}
+	var g errgroup.Group
+	g.SetLimit(8)
+	for _, tag := range tags {
+		g.Go(func() error {
+			ref, err := name.NewTag(image+":"+tag, name.Insecure)
+			if err != nil {
+				return err
+			}
+			return pusher.Push(ctx, ref, img)
+		})
+	}
+	return g.Wait()
+}
+
+func (pb *pushBench) run(b *testing.B) {
+	s := pb.s
 	var viaRegistry, viaWebhook []time.Duration
 	writesBefore := apiserverWrites(b, s)
 	waitsBefore := storeWaits(b, s)
 	b.ResetTimer()
-	for i := range b.N {
-		tag := fmt.Sprintf("1.%d.0", i+1)
-		if _, err := stack.Push(image + ":" + tag); err != nil {
+	for range b.N {
+		pb.pushed++
+		tag := fmt.Sprintf("1.%d.0", pb.pushed)
+		if _, err := stack.Push(pb.image + ":" + tag); err != nil {
 			b.Fatal(err)
 		}
 		start := time.Now()
-		waitFor(tag)
+		waitForPolicy(b, s, "stable", tag)
 		viaRegistry = append(viaRegistry, time.Since(start))
 
-		direct.Push(b, "bench/direct", tag)
+		pb.direct.Push(b, "bench/direct", tag)
 		start = time.Now()
-		hook(b, s, directImage, "bench/direct", tag, fmt.Sprintf("bench-%d", i))
+		hook(b, s, pb.directImage, "bench/direct", tag, fmt.Sprintf("bench-%d", pb.pushed))
 		waitForPolicy(b, s, "direct", tag)
 		viaWebhook = append(viaWebhook, time.Since(start))
 	}
