@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sync/errgroup"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -84,28 +86,24 @@ func (e *Evaluator) evaluateAll(ctx context.Context, w *policyWorld, pols []*v1.
 	if conc <= 0 {
 		conc = DefaultEvaluateConcurrency
 	}
-	sem := make(chan struct{}, conc)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(conc)
 	started := 0
 	for i, pol := range pols {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
 		if ctx.Err() != nil {
 			break
 		}
 		started++
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		// Errors are kept per policy: one failed evaluation does not stop the others.
+		g.Go(func() error {
 			start := e.now()
 			out, err := e.evaluate(ctx, w, pol)
 			outs[i], errs[i] = e.logged(ctx, out, start, err)
 			w.release(repoKey(pol))
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	if started < len(pols) {
 		errs = append(errs[:started], fmt.Errorf("%d ImagePolicies not evaluated: %w", len(pols)-started, context.Cause(ctx)))
 	}

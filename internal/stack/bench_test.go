@@ -83,6 +83,7 @@ func newPushBench(b *testing.B, tags int) *pushBench {
 	if err := pushTags(ctx, pb.image, seed); err != nil {
 		b.Fatal(err)
 	}
+	waitNotified(b, s)
 	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(manifests, pb.image))); err != nil {
 		b.Fatal(err)
 	}
@@ -109,6 +110,29 @@ func newPushBench(b *testing.B, tags int) *pushBench {
 		}
 	}
 	return pb
+}
+
+// waitNotified waits until docker-registry has delivered its notifications: until the scan
+// function's count of webhook deliveries has stood still for three seconds.
+func waitNotified(b *testing.B, s *stack.Stack) {
+	b.Helper()
+	deliveries := func() float64 {
+		total := 0.0
+		for _, series := range testenv.Scrape(b, s.Metrics[stack.Scan])["reflector_webhook_requests_total"].GetMetric() {
+			total += series.GetCounter().GetValue()
+		}
+		return total
+	}
+	last, since := deliveries(), time.Now()
+	testenv.Eventually(b, 10*time.Minute, func() error {
+		if n := deliveries(); n != last {
+			last, since = n, time.Now()
+		}
+		if still := time.Since(since); still < 3*time.Second {
+			return fmt.Errorf("%v deliveries, the last %s ago", last, still.Round(time.Millisecond))
+		}
+		return nil
+	})
 }
 
 // pushTags pushes one image under every tag of tags to image's repository, eight at a time.
