@@ -28,6 +28,8 @@ import (
 type Scanner interface {
 	Scan(ctx context.Context, namespace, name string, hint *reconcile.Hint) (reconcile.ScanOutcome, error)
 	ScanObject(ctx context.Context, repo *v1.ImageRepository, hint *reconcile.Hint) (reconcile.ScanOutcome, error)
+	// Warm readies what the scans need while the delivery is being recorded.
+	Warm()
 }
 
 // Receiver serves registry webhooks under /hook/ (see ServeHTTP) and CloudEvents (see

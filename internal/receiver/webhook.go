@@ -181,6 +181,8 @@ func (r *Receiver) deliver(ctx context.Context, key, namespace string, evs []web
 		res.skipped = metrics.WebhookNoMatch
 		return res.with(http.StatusOK, "no ImageRepository matches "+eventKeys(evs))
 	}
+	// The tag store opens while the annotations are written: the scans come next.
+	r.scanner.Warm()
 	res.annotated, err = r.annotate(ctx, targets)
 	if err != nil {
 		// A retry annotates again, which is harmless; the objects already annotated are

@@ -123,6 +123,14 @@ func (s *Scanner) ScanObject(ctx context.Context, repo *v1.ImageRepository, hint
 	return s.run(ctx, repo.Namespace, repo.Name, repo, hint)
 }
 
+// Warm readies the tag store for a scan that is about to start (store.Store.Warm): the scan
+// then finds it open.
+func (s *Scanner) Warm() {
+	if s.Store != nil {
+		s.Store.Warm()
+	}
+}
+
 // run scans namespace/name, starting from read when it is not nil.
 func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint) (ScanOutcome, error) {
 	key := StoreKey(namespace, name)

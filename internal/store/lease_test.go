@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -146,5 +147,36 @@ func TestHandOverClosesWithoutLinger(t *testing.T) {
 	defer s.mu.Unlock()
 	if s.opens != 3 {
 		t.Errorf("opens = %d, want 3", s.opens)
+	}
+}
+
+// Warm opens an idle directory in the background; a call arriving afterwards finds it open and
+// does not open it again.
+func TestWarmOpensInTheBackground(t *testing.T) {
+	s := New(t.TempDir())
+	defer s.Close()
+	s.Warm()
+	for timeout := time.After(10 * time.Second); ; {
+		s.mu.Lock()
+		open, ch := s.state == stateOpen, s.changed
+		s.mu.Unlock()
+		if open {
+			break
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatal("Warm did not open the directory")
+		}
+	}
+	if _, _, err := s.Put(context.Background(), "ns/a", testID, []string{"v1"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	s.Warm() // open already: nothing to do
+	s.mu.Lock()
+	opens := s.opens
+	s.mu.Unlock()
+	if opens != 1 {
+		t.Errorf("%d opens for Warm and the call that followed it, want 1", opens)
 	}
 }
