@@ -10,7 +10,9 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // Listener binds a port of 127.0.0.1 that the system picks and closes it when tb ends: the
@@ -97,11 +99,15 @@ const activate = `LISTEN_PID=$$; export LISTEN_PID; exec "$0" "$@"`
 
 // StartWithListeners starts cmd with the sockets passed the way systemd's socket activation
 // passes them: as file descriptors 3 onwards, counted by LISTEN_FDS and named by
-// LISTEN_FDNAMES, for the process whose id is LISTEN_PID. The caller keeps its listeners, and
-// may pass them again to a later process. cmd must have no ExtraFiles of its own.
+// LISTEN_FDNAMES, for the process whose id is LISTEN_PID; with no sockets, it just starts cmd.
+// The caller keeps its listeners, and may pass them again to a later process. cmd must have no
+// ExtraFiles of its own.
 func StartWithListeners(cmd *exec.Cmd, socks ...Socket) error {
 	if cmd.Err != nil {
 		return cmd.Err
+	}
+	if len(socks) == 0 {
+		return cmd.Start()
 	}
 	if len(cmd.ExtraFiles) > 0 {
 		return errors.New("StartWithListeners: the command already passes files")
@@ -133,4 +139,93 @@ func StartWithListeners(cmd *exec.Cmd, socks ...Socket) error {
 	err := cmd.Start()
 	cmd.ExtraFiles = nil
 	return err
+}
+
+// Refusing returns an address of 127.0.0.1 that refuses connections until tb ends: its port is
+// bound, so no other program can take it, but nothing listens on it.
+func Refusing(tb testing.TB) string {
+	tb.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		tb.Fatalf("socket: %v", err)
+	}
+	tb.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		tb.Fatalf("binding 127.0.0.1: %v", err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		tb.Fatalf("getsockname: %v", err)
+	}
+	return "127.0.0.1:" + strconv.Itoa(sa.(*syscall.SockaddrInet4).Port)
+}
+
+// Process is a program that a test started with StartOnPort.
+type Process struct {
+	// Cmd is the started command; wait for it with Wait, not Cmd.Wait.
+	Cmd *exec.Cmd
+	// Port is the port it was given.
+	Port int
+	// Output is what it wrote to stdout and stderr.
+	Output *LogBuffer
+
+	exited chan struct{}
+	err    error
+}
+
+// Wait waits for the process to exit and returns what exec.Cmd.Wait returned.
+func (p *Process) Wait() error {
+	<-p.exited
+	return p.err
+}
+
+// Exited is closed once the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// StartOnPort starts the program that command returns for a port from PortForProcess, for a
+// program that binds its listener itself from a port number, and waits up to within until
+// ready(port) succeeds. When the program exits first saying that its address was taken, it
+// starts it again on another port, a bounded number of times. The process is killed when tb
+// ends, unless it has exited.
+func StartOnPort(tb testing.TB, within time.Duration, command func(port int) *exec.Cmd, ready func(port int) error) *Process {
+	tb.Helper()
+	for attempt := 1; ; attempt++ {
+		port, err := PortForProcess()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		p := &Process{Cmd: command(port), Port: port, Output: &LogBuffer{}, exited: make(chan struct{})}
+		p.Cmd.Stdout, p.Cmd.Stderr = p.Output, p.Output
+		if err := p.Cmd.Start(); err != nil {
+			tb.Fatal(err)
+		}
+		go func() {
+			p.err = p.Cmd.Wait()
+			close(p.exited)
+		}()
+		tb.Cleanup(func() {
+			select {
+			case <-p.exited:
+			default:
+				_ = p.Cmd.Process.Kill()
+				<-p.exited
+			}
+		})
+		gone := false
+		Eventually(tb, within, func() error {
+			select {
+			case <-p.exited:
+				gone = true
+				return nil
+			default:
+			}
+			return ready(port)
+		})
+		if !gone {
+			return p
+		}
+		if !AddrInUse([]byte(p.Output.String())) || attempt == portAttempts {
+			tb.Fatalf("%s exited before it was ready (%v):\n%s", p.Cmd.Path, p.err, p.Output)
+		}
+	}
 }
