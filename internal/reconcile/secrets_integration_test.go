@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -38,13 +37,7 @@ func TestScanIntegrationKeepsSecretsOut(t *testing.T) {
 	open.Push(t, "app", "1.0.0")
 	locked := testenv.NewRegistry(t, testenv.RegistryBasicAuth("robot", "the-right-password"))
 	locked.Push(t, "app", "1.0.0")
-	dead := func() string {
-		port, err := testenv.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return "127.0.0.1:" + strconv.Itoa(port)
-	}
+	dead := func() string { return testenv.Refusing(t) }
 
 	// Passwords in Secrets and in the sink's URL; inSpec is written into spec.image, so the
 	// objects show it there, but nowhere else.
