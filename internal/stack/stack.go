@@ -339,10 +339,14 @@ func (s *Stack) webhookSecret(ctx context.Context) (string, error) {
 // for when it is not.
 type ready func() error
 
+// probe asks whether a process answers. A connection to a listener that the stack keeps is
+// taken while no process serves it, so a request must give up to be asked again.
+var probe = &http.Client{Timeout: 2 * time.Second}
+
 // answers is the readiness of a process that serves url: any answer below 500.
 func answers(url string) ready {
 	return func() error {
-		resp, err := http.Get(url)
+		resp, err := probe.Get(url)
 		if err != nil {
 			return err
 		}
