@@ -225,7 +225,7 @@ func (e *Env) startKnativeComponent(ctx context.Context, name, namespace, bin st
 	ports := map[string]int{} // webhook Service -> port
 	for _, b := range knativeBinaries[name] {
 		if b.service != "" {
-			p, err := PortForProcess()
+			p, err := pickPort()
 			if err != nil {
 				return err
 			}
@@ -275,7 +275,7 @@ func (e *Env) startKnativeComponent(ctx context.Context, name, namespace, bin st
 			attempt++
 			if attempt > 1 && service != "" {
 				// The webhook's port was taken: another one, in its configurations too.
-				p, err := PortForProcess()
+				p, err := pickPort()
 				if err != nil {
 					return err
 				}
@@ -330,7 +330,7 @@ func webhookObjects(configs []*unstructured.Unstructured, namespace string, port
 func (e *Env) startKnativeProgram(ctx context.Context, logName, binary string, environ []string, service string, webhookPort int, webhookConfigs []*unstructured.Unstructured) error {
 	var ports [3]int
 	for i := range ports {
-		p, err := PortForProcess()
+		p, err := pickPort()
 		if err != nil {
 			return err
 		}

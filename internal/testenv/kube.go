@@ -129,7 +129,7 @@ func (e *Env) startEtcd(ctx context.Context, bin string, port int) (string, erro
 		if err != nil {
 			return err
 		}
-		peerPort, err := PortForProcess()
+		peerPort, err := pickPort()
 		if err != nil {
 			return err
 		}
@@ -409,7 +409,7 @@ func portOr(p int) (int, error) {
 	if p != 0 {
 		return p, nil
 	}
-	return PortForProcess()
+	return pickPort()
 }
 
 // Client returns a client of reflector's for the environment's apiserver.

@@ -61,6 +61,9 @@ func PortForProcess() (int, error) {
 	return port, l.Close()
 }
 
+// pickPort is PortForProcess, which testenv's own tests replace to hand out a taken port.
+var pickPort = PortForProcess
+
 // ErrAddrInUse is what a start that RetryPorts retries wraps when its program could not bind a
 // port because another program had taken it.
 var ErrAddrInUse = errors.New("address already in use")
@@ -190,7 +193,7 @@ func (p *Process) Exited() <-chan struct{} { return p.exited }
 func StartOnPort(tb testing.TB, within time.Duration, command func(port int) *exec.Cmd, ready func(port int) error) *Process {
 	tb.Helper()
 	for attempt := 1; ; attempt++ {
-		port, err := PortForProcess()
+		port, err := pickPort()
 		if err != nil {
 			tb.Fatal(err)
 		}
