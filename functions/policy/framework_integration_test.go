@@ -77,7 +77,7 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 			"KUBECONFIG="+env.Kubeconfig, "REFLECTOR_STORE_DIR="+dir, "K_SINK=")
 		return cmd
 	}, func(port int) error {
-		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/healthz")
+		resp, err := testenv.ProbeClient().Get("http://127.0.0.1:" + strconv.Itoa(port) + "/healthz")
 		if err != nil {
 			return err
 		}

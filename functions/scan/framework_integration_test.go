@@ -58,7 +58,7 @@ func startHost(t *testing.T, target string, env ...string) *host {
 		cmd.Env = append(os.Environ(), append(env, "FUNCTION_TARGET="+target, hostPortEnv+"="+strconv.Itoa(port))...)
 		return cmd
 	}, func(port int) error {
-		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/healthz")
+		resp, err := testenv.ProbeClient().Get("http://127.0.0.1:" + strconv.Itoa(port) + "/healthz")
 		if err != nil {
 			return err
 		}

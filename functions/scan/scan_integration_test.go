@@ -194,7 +194,7 @@ func TestScanFunctionIntegrationDistributionEndToEnd(t *testing.T) {
 
 // serving tells whether url answers 200.
 func serving(url string) error {
-	resp, err := http.Get(url)
+	resp, err := testenv.ProbeClient().Get(url)
 	if err != nil {
 		return err
 	}

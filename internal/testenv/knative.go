@@ -350,7 +350,7 @@ func (e *Env) startKnativeProgram(ctx context.Context, logName, binary string, e
 		return err
 	}
 	ready := func() error {
-		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(probes) + "/readiness")
+		resp, err := probe.Get("http://127.0.0.1:" + strconv.Itoa(probes) + "/readiness")
 		if err != nil {
 			return err
 		}

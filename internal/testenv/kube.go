@@ -151,7 +151,7 @@ func (e *Env) startEtcd(ctx context.Context, bin string, port int) (string, erro
 			return err
 		}
 		return e.waitStarted(ctx, proc, 30*time.Second, port != 0, func() error {
-			resp, err := http.Get(url + "/health")
+			resp, err := probe.Get(url + "/health")
 			if err != nil {
 				return err
 			}
@@ -214,7 +214,9 @@ func (e *Env) startAPIServer(ctx context.Context, bin string, port int, etcdURL 
 			return err
 		}
 		return e.waitStarted(ctx, proc, 60*time.Second, port != 0, func() error {
-			body, err := e.clientset.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			cctx, cancel := context.WithTimeout(ctx, probe.Timeout)
+			defer cancel()
+			body, err := e.clientset.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(cctx)
 			if err != nil {
 				return fmt.Errorf("%w: %s", err, body)
 			}
@@ -364,6 +366,10 @@ func (e *Env) writeKubeconfig(p *pki) (string, error) {
 	path := filepath.Join(e.Dir, "kubeconfig")
 	return path, clientcmd.WriteToFile(*cfg, path)
 }
+
+// probe asks whether a program is ready. It gives up, so that a port that another program holds
+// without answering is asked again, and the program's exit noticed.
+var probe = &http.Client{Timeout: 2 * time.Second}
 
 // waitFor polls check until it succeeds, the timeout passes, ctx ends or proc (when not nil)
 // exits; a failure carries the end of the process's log.

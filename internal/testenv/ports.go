@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -187,7 +188,8 @@ func (p *Process) Exited() <-chan struct{} { return p.exited }
 
 // StartOnPort starts the program that command returns for a port from PortForProcess, for a
 // program that binds its listener itself from a port number, and waits up to within until
-// ready(port) succeeds. When the program exits first saying that its address was taken, it
+// ready(port) succeeds; ready must give up within seconds (ProbeClient), since another program
+// that holds the port may take a connection and never answer. When the program exits first saying that its address was taken, it
 // starts it again on another port, a bounded number of times. The process is killed when tb
 // ends, unless it has exited.
 func StartOnPort(tb testing.TB, within time.Duration, command func(port int) *exec.Cmd, ready func(port int) error) *Process {
@@ -232,3 +234,6 @@ func StartOnPort(tb testing.TB, within time.Duration, command func(port int) *ex
 		}
 	}
 }
+
+// ProbeClient returns an HTTP client for readiness checks, which gives up after 2 seconds.
+func ProbeClient() *http.Client { return probe }
