@@ -231,6 +231,7 @@ func (e *Env) startAPIServer(ctx context.Context, bin string, port int, etcdURL 
 func (e *Env) waitStarted(ctx context.Context, proc *process, timeout time.Duration, fixedPorts bool, check func() error) error {
 	err := waitFor(ctx, timeout, proc, check)
 	if err != nil && proc.addrInUse() {
+		proc.stop(time.Second)
 		e.forget(proc)
 		if !fixedPorts {
 			return fmt.Errorf("%s: %w", proc.name, ErrAddrInUse)
@@ -287,14 +288,9 @@ func (p *process) stop(grace time.Duration) {
 	}
 }
 
-// addrInUse tells whether the process has exited saying that an address it was to bind was
-// taken.
+// addrInUse tells whether the process has said that an address it was to bind was taken. Some
+// programs (Knative's webhooks) say so and run on without serving.
 func (p *process) addrInUse() bool {
-	select {
-	case <-p.exited:
-	default:
-		return false
-	}
 	b, err := os.ReadFile(p.log)
 	if err != nil || int64(len(b)) < p.logFrom {
 		return false
@@ -372,7 +368,8 @@ func (e *Env) writeKubeconfig(p *pki) (string, error) {
 var probe = &http.Client{Timeout: 2 * time.Second}
 
 // waitFor polls check until it succeeds, the timeout passes, ctx ends or proc (when not nil)
-// exits; a failure carries the end of the process's log.
+// exits or says that an address it was to bind was taken; a failure carries the end of the
+// process's log.
 func waitFor(ctx context.Context, timeout time.Duration, proc *process, check func() error) error {
 	what, logPath := "it was", ""
 	var exited <-chan struct{}
@@ -391,9 +388,12 @@ func waitFor(ctx context.Context, timeout time.Duration, proc *process, check fu
 			return ctx.Err()
 		case <-exited:
 			return fmt.Errorf("%s exited before it was ready (%v): %v\n%s", what, proc.err, last, tail(logPath, 20))
+		case <-time.After(100 * time.Millisecond):
+			if proc != nil && proc.addrInUse() {
+				return fmt.Errorf("%s could not bind an address: %v\n%s", what, last, tail(logPath, 20))
+			}
 		case <-timer.C:
 			return fmt.Errorf("%s not ready after %s: %v\n%s", what, timeout, last, tail(logPath, 20))
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
