@@ -3,7 +3,9 @@
 // rather than functions-framework-go's Start, so that on SIGTERM it stops accepting connections
 // at once (function.Serve); then it lets the requests in flight finish and closes the recorder
 // and the tag store, so the next process needs no log replay: the steps a
-// functions-framework-go host takes through function.Host.
+// functions-framework-go host takes through function.Host. Started by a supervisor that binds
+// its ports, as systemd's socket activation does (LISTEN_FDS), it serves the listeners it is
+// handed under the names policy and metrics instead of binding its own (function.Listen).
 package main
 
 import (

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,9 +10,9 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"strconv"
-	"sync"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +28,21 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
+
+// processEnv tells the test binary to be the policy function's process
+// (TestPolicyCommandProcess).
+const processEnv = "REFLECTOR_TEST_POLICY_PROCESS"
+
+// TestPolicyCommandProcess is the process that TestPolicyCommandIntegrationGracefulShutdown
+// starts: the command's run, configured from the environment.
+func TestPolicyCommandProcess(t *testing.T) {
+	if os.Getenv(processEnv) == "" {
+		t.Skip("the function process of TestPolicyCommandIntegrationGracefulShutdown")
+	}
+	if err := run(function.Timeouts{Drain: 20 * time.Second}, slog.New(slog.NewJSONHandler(os.Stderr, nil))); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // TestPolicyCommandIntegrationGracefulShutdown: SIGTERM during an evaluation that waits for the
 // tag store lets it finish and answer, then the process ends cleanly.
@@ -70,22 +84,27 @@ func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	port, err := testenv.FreePort()
-	if err != nil {
+	// The function runs as its own process, on a listener bound here and handed over as
+	// socket activation hands it, so that no other program can take the port first.
+	l := testenv.Listener(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPolicyCommandProcess$")
+	cmd.Env = append(os.Environ(), processEnv+"=1", "REFLECTOR_LISTEN_HOST=127.0.0.1",
+		"REFLECTOR_METRICS_ADDR=127.0.0.1:0", "KUBECONFIG="+env.Kubeconfig, "REFLECTOR_STORE_DIR="+dir, "K_SINK=")
+	logs := &testenv.LogBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := testenv.StartWithListeners(cmd, testenv.Socket{Name: "policy", Listener: l}); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("PORT", strconv.Itoa(port))
-	t.Setenv("REFLECTOR_LISTEN_HOST", "127.0.0.1")
-	t.Setenv("REFLECTOR_METRICS_ADDR", "127.0.0.1:0")
-	t.Setenv("KUBECONFIG", env.Kubeconfig)
-	t.Setenv("REFLECTOR_STORE_DIR", dir)
-	t.Setenv("K_SINK", "")
-	logs := &syncBuffer{}
+	// Only the process holds the port now: once it exits, the port refuses connections.
+	l.Close()
 	ran := make(chan error, 1)
-	go func() {
-		ran <- run(function.Timeouts{Drain: 20 * time.Second}, slog.New(slog.NewJSONHandler(logs, nil)))
-	}()
-	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	go func() { ran <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-ran
+	})
+	url := "http://" + l.Addr().String()
 	testenv.Eventually(t, 10*time.Second, func() error {
 		resp, err := http.Get(url + "/healthz")
 		if err != nil {
@@ -133,11 +152,11 @@ func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 		_ = syscall.Flock(int(gate.Fd()), syscall.LOCK_UN)
 		return errors.New("the evaluation does not wait for the store yet")
 	})
-	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 10*time.Second, func() error {
-		if !bytes.Contains(logs.Bytes(), []byte(`"msg":"shutting down"`)) {
+		if !strings.Contains(logs.String(), `"msg":"shutting down"`) {
 			return errors.New("the function has not begun shutting down")
 		}
 		return nil
@@ -149,13 +168,14 @@ func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 	a := <-answered
 	var out reconcile.PolicyOutcome
 	if a.err != nil || a.code != http.StatusOK || json.Unmarshal(a.body, &out) != nil || out.Result != reconcile.PolicySucceeded {
-		t.Errorf("in-flight evaluation: %d %s %v; the function's log:\n%s", a.code, a.body, a.err, logs.Bytes())
+		t.Errorf("in-flight evaluation: %d %s %v; the function's log:\n%s", a.code, a.body, a.err, logs)
 	}
 	select {
 	case err := <-ran:
 		if err != nil {
-			t.Errorf("run: %v", err)
+			t.Errorf("the function: %v, want exit status 0; its log:\n%s", err, logs)
 		}
+		ran <- err
 	case <-time.After(20 * time.Second):
 		t.Fatal("the function did not stop")
 	}
@@ -169,23 +189,4 @@ func TestPolicyCommandIntegrationGracefulShutdown(t *testing.T) {
 	if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != "1.1.0" {
 		t.Errorf("latestRef %+v", p.Status.LatestRef)
 	}
-}
-
-// syncBuffer is a bytes.Buffer that the function's log writes to while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// Bytes returns a copy of what was written so far.
-func (b *syncBuffer) Bytes() []byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return bytes.Clone(b.buf.Bytes())
 }

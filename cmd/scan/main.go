@@ -6,7 +6,10 @@
 // functions-framework-go's Start, so that on SIGTERM it stops accepting connections at once
 // (function.Serve); then it lets the requests in flight finish, gives background scans a
 // bounded grace period, and closes the recorder and the tag store, so the next process needs no
-// log replay: the steps a functions-framework-go host takes through function.Host.
+// log replay: the steps a functions-framework-go host takes through function.Host. Started by
+// a supervisor that binds its ports, as systemd's socket activation does (LISTEN_FDS), it serves
+// the listeners it is handed under the names webhooks, cloudevents and metrics instead of
+// binding its own (function.Listen).
 package main
 
 import (

@@ -1,7 +1,6 @@
 package policy_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -71,33 +70,21 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFunctionsFrameworkHost$")
-	cmd.Env = append(os.Environ(), "FUNCTION_TARGET=policy", hostPortEnv+"="+strconv.Itoa(port),
-		"KUBECONFIG="+env.Kubeconfig, "REFLECTOR_STORE_DIR="+dir, "K_SINK=")
-	output := &bytes.Buffer{}
-	cmd.Stdout, cmd.Stderr = output, output
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	url := "http://127.0.0.1:" + strconv.Itoa(port)
-	testenv.Eventually(t, 30*time.Second, func() error {
-		resp, err := http.Get(url + "/healthz")
+	// funcframework binds its port itself, from a number.
+	host := testenv.StartOnPort(t, 30*time.Second, func(port int) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestFunctionsFrameworkHost$")
+		cmd.Env = append(os.Environ(), "FUNCTION_TARGET=policy", hostPortEnv+"="+strconv.Itoa(port),
+			"KUBECONFIG="+env.Kubeconfig, "REFLECTOR_STORE_DIR="+dir, "K_SINK=")
+		return cmd
+	}, func(port int) error {
+		resp, err := testenv.ProbeClient().Get("http://127.0.0.1:" + strconv.Itoa(port) + "/healthz")
 		if err != nil {
 			return err
 		}
 		resp.Body.Close()
 		return nil
 	})
+	url := "http://127.0.0.1:" + strconv.Itoa(host.Port)
 
 	resp, err := http.Post(url+"/evaluate?namespace="+ns+"&name=app", "", nil)
 	if err != nil {
@@ -117,17 +104,15 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 		t.Errorf("latestRef %+v", p.Status.LatestRef)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := host.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
 	select {
-	case err := <-waited:
-		if err != nil {
-			t.Errorf("after SIGTERM: %v, want exit status 0; output:\n%s", err, output)
+	case <-host.Exited():
+		if err := host.Wait(); err != nil {
+			t.Errorf("after SIGTERM: %v, want exit status 0; output:\n%s", err, host.Output)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("still running 30s after SIGTERM; output:\n%s", output)
+		t.Fatalf("still running 30s after SIGTERM; output:\n%s", host.Output)
 	}
 }

@@ -1,7 +1,6 @@
 package scan_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -45,58 +44,43 @@ func TestFunctionsFrameworkHost(t *testing.T) {
 type host struct {
 	target string
 	url    string
-	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	proc   *testenv.Process
 }
 
 // startHost starts a process that serves the function registered as target the way a
 // functions-framework host does (FUNCTION_TARGET, funcframework.StartHostPort) with env added
-// to its environment, and returns it once it answers.
+// to its environment, and returns it once it answers. funcframework binds its port itself, from
+// a number, so the port is one that testenv.StartOnPort picks.
 func startHost(t *testing.T, target string, env ...string) *host {
 	t.Helper()
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFunctionsFrameworkHost$")
-	cmd.Env = append(os.Environ(), append(env, "FUNCTION_TARGET="+target, hostPortEnv+"="+strconv.Itoa(port))...)
-	h := &host{target: target, url: "http://127.0.0.1:" + strconv.Itoa(port), cmd: cmd, stderr: &bytes.Buffer{}}
-	cmd.Stdout, cmd.Stderr = h.stderr, h.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	testenv.Eventually(t, 30*time.Second, func() error {
-		resp, err := http.Get(h.url + "/healthz")
+	proc := testenv.StartOnPort(t, 30*time.Second, func(port int) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestFunctionsFrameworkHost$")
+		cmd.Env = append(os.Environ(), append(env, "FUNCTION_TARGET="+target, hostPortEnv+"="+strconv.Itoa(port))...)
+		return cmd
+	}, func(port int) error {
+		resp, err := testenv.ProbeClient().Get("http://127.0.0.1:" + strconv.Itoa(port) + "/healthz")
 		if err != nil {
 			return err
 		}
 		resp.Body.Close()
 		return nil
 	})
-	return h
+	return &host{target: target, url: "http://127.0.0.1:" + strconv.Itoa(proc.Port), proc: proc}
 }
 
 // stop sends the host SIGTERM and waits for it to exit by itself, with status 0.
 func (h *host) stop(t *testing.T) {
 	t.Helper()
-	if err := h.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := h.proc.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- h.cmd.Wait() }()
 	select {
-	case err := <-waited:
-		if err != nil {
-			t.Errorf("%s after SIGTERM: %v, want exit status 0; output:\n%s", h.target, err, h.stderr)
+	case <-h.proc.Exited():
+		if err := h.proc.Wait(); err != nil {
+			t.Errorf("%s after SIGTERM: %v, want exit status 0; output:\n%s", h.target, err, h.proc.Output)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("%s still running 30s after SIGTERM; output:\n%s", h.target, h.stderr)
+		t.Fatalf("%s still running 30s after SIGTERM; output:\n%s", h.target, h.proc.Output)
 	}
 }
 
@@ -179,8 +163,8 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 	webhook.stop(t)
 	scan.stop(t)
 	for _, h := range []*host{webhook, scan} {
-		if !strings.Contains(h.stderr.String(), "shutting down") {
-			t.Errorf("%s did not say it shuts down:\n%s", h.target, h.stderr)
+		if !strings.Contains(h.proc.Output.String(), "shutting down") {
+			t.Errorf("%s did not say it shuts down:\n%s", h.target, h.proc.Output)
 		}
 	}
 	db, err := badger.Open(badger.DefaultOptions(dir).WithReadOnly(true).WithLogger(nil))

@@ -1,7 +1,6 @@
 package scan_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -158,32 +157,25 @@ func TestScanFunctionIntegrationDistributionEndToEnd(t *testing.T) {
 		t.Skipf("%s is absent: install Debian's docker-registry package (hack/deps.sh does)", bin)
 	}
 	f := newFunction(t)
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := fmt.Sprintf("127.0.0.1:%d", port)
 	dir := t.TempDir()
-	config := stack.RegistryConfig(filepath.Join(dir, "data"), host,
-		fmt.Sprintf("%s/hook/distribution/%s", f.hooks.URL, f.ns), token, 100*time.Millisecond)
-	cfgPath := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var logs bytes.Buffer
-	cmd := exec.Command(bin, "serve", cfgPath)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	// docker-registry binds its address itself, from its configuration.
+	reg := testenv.StartOnPort(t, 15*time.Second, func(port int) *exec.Cmd {
+		config := stack.RegistryConfig(filepath.Join(dir, "data"), fmt.Sprintf("127.0.0.1:%d", port),
+			fmt.Sprintf("%s/hook/distribution/%s", f.hooks.URL, f.ns), token, 100*time.Millisecond)
+		cfgPath := filepath.Join(dir, "config.yml")
+		if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return exec.Command(bin, "serve", cfgPath)
+	}, func(port int) error {
+		return serving(fmt.Sprintf("http://127.0.0.1:%d/v2/", port))
+	})
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
 		if t.Failed() {
-			t.Logf("docker-registry log:\n%s", logs.String())
+			t.Logf("docker-registry log:\n%s", reg.Output)
 		}
 	})
-	waitServing(t, "http://"+host+"/v2/")
+	host := fmt.Sprintf("127.0.0.1:%d", reg.Port)
 
 	f.createRepo(t, "app", host+"/e2e/app")
 	img, err := random.Image(256, 1)
@@ -200,19 +192,17 @@ func TestScanFunctionIntegrationDistributionEndToEnd(t *testing.T) {
 	f.waitTag(t, "app", "1.0.0", 30*time.Second)
 }
 
-func waitServing(t *testing.T, url string) {
-	t.Helper()
-	testenv.Eventually(t, 15*time.Second, func() error {
-		resp, err := http.Get(url)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s answers %s", url, resp.Status)
-		}
-		return nil
-	})
+// serving tells whether url answers 200.
+func serving(url string) error {
+	resp, err := testenv.ProbeClient().Get(url)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answers %s", url, resp.Status)
+	}
+	return nil
 }
 
 // status sends req (a new one of method and url when nil; else req with url as its URL) and

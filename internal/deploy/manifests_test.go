@@ -190,22 +190,19 @@ func installKnativeCRDs(t testing.TB, env *testenv.Env) {
 
 func waitEstablished(t testing.TB, env *testenv.Env, name string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		obj, err := env.Dynamic().Resource(crdGVR).Get(context.Background(), name, metav1.GetOptions{})
-		if err == nil {
-			conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
-			for _, c := range conds {
-				if m, _ := c.(map[string]any); m["type"] == "Established" && m["status"] == "True" {
-					return
-				}
+		if err != nil {
+			return fmt.Errorf("CRD %s: %w", name, err)
+		}
+		conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "Established" && m["status"] == "True" {
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CRD %s not established: %v", name, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("CRD %s not established", name)
+	})
 }
 
 // applier server-side applies objects through the dynamic client, finding each one's

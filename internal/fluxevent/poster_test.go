@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +17,7 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/fluxevent"
+	"github.com/imagereflector/reflector/internal/testenv"
 )
 
 // receiver is an event receiver on 127.0.0.1 that decodes what it gets with Flux's own type
@@ -186,12 +186,7 @@ func TestPosterNeverBlocksOnADownReceiver(t *testing.T) {
 	t.Cleanup(hanging.Close)
 	t.Cleanup(func() { close(release) })
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := "http://" + l.Addr().String() + "/"
-	l.Close()
+	refused := "http://" + testenv.Refusing(t) + "/"
 
 	for name, addr := range map[string]string{"hanging": hanging.URL, "refused": refused} {
 		t.Run(name, func(t *testing.T) {

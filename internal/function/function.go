@@ -70,9 +70,10 @@ const DefaultMetricsPort = "9095"
 
 // Listener is one address a function serves and the handler behind it.
 type Listener struct {
-	// Name says what the listener is for in log lines, e.g. "webhooks".
+	// Name says what the listener is for in log lines, e.g. "webhooks"; it is also the name
+	// under which the process may inherit it (Listen).
 	Name string
-	// Addr is host:port.
+	// Addr is host:port, bound unless the process inherited a listener named Name.
 	Addr string
 	// Handler serves the listener's requests.
 	Handler http.Handler
@@ -94,6 +95,8 @@ func Port() string {
 // Serve serves each listener until SIGTERM or an interrupt. Then it stops taking requests on
 // all of them, lets those in flight finish for up to t.Drain, and calls closeFn (a Function's
 // Close) with t.Grace for background work. A listener that cannot be bound stops the function.
+// Listeners the process inherited by socket activation are served in place of binding their
+// addresses (Listen).
 //
 // Prometheus metrics are served on /metrics of $REFLECTOR_METRICS_ADDR (host:port, default
 // ":" + DefaultMetricsPort; "off" serves none). A metrics port that cannot be bound is logged as
@@ -115,7 +118,7 @@ func Serve(listeners []Listener, t Timeouts, closeFn func(context.Context) error
 		lns     []net.Listener
 	)
 	for _, l := range listeners {
-		ln, err := net.Listen("tcp", l.Addr)
+		ln, err := Listen(l.Name, l.Addr)
 		if err != nil {
 			for _, bound := range lns {
 				bound.Close()
@@ -157,10 +160,14 @@ func Serve(listeners []Listener, t Timeouts, closeFn func(context.Context) error
 	return err
 }
 
-// ServeMetrics serves /metrics (and /healthz) on addr in the background until the returned
-// server is closed. It fails only when addr cannot be bound.
+// MetricsListener is the name of the metrics listener, for socket activation (Listen).
+const MetricsListener = "metrics"
+
+// ServeMetrics serves /metrics (and /healthz) on addr, or on the listener named
+// MetricsListener that the process inherited, in the background until the returned server is
+// closed. It fails only when addr cannot be bound.
 func ServeMetrics(addr string, log *slog.Logger) (*http.Server, error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := Listen(MetricsListener, addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}

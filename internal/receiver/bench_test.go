@@ -12,6 +12,7 @@ import (
 
 	"github.com/imagereflector/reflector/internal/receiver"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/testenv"
 )
 
 // distributionPush is a distribution notification of one tag push, with its own event id.
@@ -84,13 +85,14 @@ func BenchmarkPushToStatus(b *testing.B) {
 		if code, a := f.send(b, signed("distribution", path, token, distributionPush("push-"+tag, f.reg.Host(), "bench/push", tag))); code != http.StatusAccepted {
 			b.Fatalf("%d %+v", code, a)
 		}
-		for {
+		// Checks every 2 ms: the resolution of the measured latency.
+		testenv.EventuallyEvery(b, 30*time.Second, 2*time.Millisecond, func() error {
 			r := f.get(b, ns, "app")
-			if r.Status.LastScanResult != nil && slices.Contains(r.Status.LastScanResult.LatestTags, tag) {
-				break
+			if r.Status.LastScanResult == nil || !slices.Contains(r.Status.LastScanResult.LatestTags, tag) {
+				return fmt.Errorf("%s not scanned yet: %+v", tag, r.Status.LastScanResult)
 			}
-			time.Sleep(2 * time.Millisecond)
-		}
+			return nil
+		})
 		ds = append(ds, time.Since(start))
 		requests += len(f.reg.Requests()) - beforeReq
 		listings += f.tagListings("") - beforeList

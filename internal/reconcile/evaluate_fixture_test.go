@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -178,25 +179,22 @@ func (f *evalFixture) evaluate(t testing.TB, ns, name string) reconcile.PolicyOu
 // message contains msg.
 func (f *evalFixture) waitEvent(t testing.TB, ns, name, typ, reason, msg string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	var seen []string
-	for time.Now().Before(deadline) {
+	testenv.Eventually(t, 10*time.Second, func() error {
 		list, err := f.kube.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
 			FieldSelector: "involvedObject.name=" + name,
 		})
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		seen = seen[:0]
+		var seen []string
 		for _, e := range list.Items {
 			if e.InvolvedObject.Kind == v1.ImagePolicyKind && e.Type == typ && e.Reason == reason && strings.Contains(e.Message, msg) {
-				return
+				return nil
 			}
 			seen = append(seen, e.Type+" "+e.Reason+": "+e.Message)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Errorf("no %s event %s %q about %s/%s; saw %q", typ, reason, msg, ns, name, seen)
+		return fmt.Errorf("no %s event %s %q about %s/%s; saw %q", typ, reason, msg, ns, name, seen)
+	})
 }
 
 // checkReady checks the Ready, Reconciling and Stalled conditions of a policy as Flux's

@@ -453,6 +453,8 @@ func TestEvaluateIntegrationStoreHeldByWriter(t *testing.T) {
 	const hold = 700 * time.Millisecond
 	release := holdStore(t, f.dir)
 	go func() {
+		// A writer that keeps the store for a while: the duration is the scenario, and the
+		// evaluation must have waited at least that long.
 		time.Sleep(hold)
 		release()
 	}()

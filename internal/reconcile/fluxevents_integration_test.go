@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -66,12 +67,12 @@ func (r *fluxReceiver) recorder(t *testing.T, c *kube.Client, component string) 
 func (r *fluxReceiver) wait(t *testing.T, kind, namespace, name string, n int) []eventv1.Event {
 	t.Helper()
 	var about []eventv1.Event
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		about = r.about(kind, namespace, name)
-		if len(about) >= n {
-			break
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if about = r.about(kind, namespace, name); len(about) < n {
+			return fmt.Errorf("%d Flux events about %s %s/%s, want %d: %+v", len(about), kind, namespace, name, n, about)
 		}
-	}
+		return nil
+	})
 	if len(about) != n {
 		t.Fatalf("%d Flux events about %s %s/%s, want %d: %+v", len(about), kind, namespace, name, n, about)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -38,13 +37,7 @@ func TestScanIntegrationKeepsSecretsOut(t *testing.T) {
 	open.Push(t, "app", "1.0.0")
 	locked := testenv.NewRegistry(t, testenv.RegistryBasicAuth("robot", "the-right-password"))
 	locked.Push(t, "app", "1.0.0")
-	dead := func() string {
-		port, err := testenv.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return "127.0.0.1:" + strconv.Itoa(port)
-	}
+	dead := func() string { return testenv.Refusing(t) }
 
 	// Passwords in Secrets and in the sink's URL; inSpec is written into spec.image, so the
 	// objects show it there, but nowhere else.
@@ -241,11 +234,11 @@ func proxy(secret string) func(*v1.ImageRepository) {
 // JSON.
 func waitWarnings(t *testing.T, c *kube.Client, ns string, n int) string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		list, err := c.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
+	var list *corev1.EventList
+	testenv.Eventually(t, 10*time.Second, func() error {
+		var err error
+		if list, err = c.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{}); err != nil {
+			return err
 		}
 		warnings := 0
 		for _, e := range list.Items {
@@ -253,16 +246,14 @@ func waitWarnings(t *testing.T, c *kube.Client, ns string, n int) string {
 				warnings++
 			}
 		}
-		if warnings >= n || time.Now().After(deadline) {
-			if warnings < n {
-				t.Errorf("%d Warning Events in %s, want %d", warnings, ns, n)
-			}
-			b, err := json.Marshal(list)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return string(b)
+		if warnings < n {
+			return fmt.Errorf("%d Warning Events in %s, want %d", warnings, ns, n)
 		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	})
+	b, err := json.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return string(b)
 }

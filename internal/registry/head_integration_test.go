@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -79,16 +80,19 @@ func TestIntegrationConfirmWaitsForAJustNotifiedTag(t *testing.T) {
 	}
 	defer s.Close()
 
-	pushed := make(chan struct{})
-	go func() {
-		defer close(pushed)
-		time.Sleep(60 * time.Millisecond)
-		reg.Push(t, "app", "v2")
-	}()
-	if err := s.Confirm(context.Background(), "v2"); err != nil {
-		t.Errorf("Confirm(v2) of a tag readable 60 ms after the event: %v", err)
+	confirmed := make(chan error, 1)
+	go func() { confirmed <- s.Confirm(context.Background(), "v2") }()
+	// v2 is pushed once Confirm has found it missing.
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if countPaths(reg, "/manifests/v2") == 0 {
+			return errors.New("no HEAD of v2 yet")
+		}
+		return nil
+	})
+	reg.Push(t, "app", "v2")
+	if err := <-confirmed; err != nil {
+		t.Errorf("Confirm(v2) of a tag pushed after its first HEAD: %v", err)
 	}
-	<-pushed
 
 	before := countPaths(reg, "/manifests/")
 	err = s.Confirm(context.Background(), "never")

@@ -184,7 +184,13 @@ func (pb *pushBench) run(b *testing.B) {
 	b.StopTimer()
 	// The writes of the measured pushes, of either kind: the annotation, the statuses and the
 	// Events that client-go's recorder sends in the background, which may still be on their way.
-	time.Sleep(time.Second)
+	settle(b, func() float64 {
+		n := 0.0
+		for _, v := range apiserverWrites(b, s) {
+			n += v
+		}
+		return n
+	})
 	pushes := float64(2 * b.N)
 	writes := apiserverWrites(b, s)
 	total := 0.0
@@ -237,18 +243,39 @@ func hook(b *testing.B, s *stack.Stack, image, repo, tag, id string) {
 	}
 }
 
-// waitForPolicy polls until the ImagePolicy default/name resolves to tag.
+// waitForPolicy waits until the ImagePolicy default/name resolves to tag, checking every 5 ms,
+// the resolution of the latencies measured with it.
 func waitForPolicy(b *testing.B, s *stack.Stack, name, tag string) {
 	b.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	testenv.EventuallyEvery(b, 30*time.Second, 5*time.Millisecond, func() error {
 		p, err := s.Kube.Policies.Get(context.Background(), "default", name)
-		if err == nil && p.Status.LatestRef != nil && p.Status.LatestRef.Tag == tag {
-			return
+		if err != nil {
+			return err
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	b.Fatalf("policy %s never reached %s", name, tag)
+		if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != tag {
+			return fmt.Errorf("policy %s has not reached %s: %+v", name, tag, p.Status.LatestRef)
+		}
+		return nil
+	})
+}
+
+// settleQuiet is how long a count must stay unchanged for settle.
+const settleQuiet = time.Second
+
+// settle waits until count, of work that goes on in the background with nothing to say when it
+// is done, has stayed the same for settleQuiet.
+func settle(b *testing.B, count func() float64) {
+	b.Helper()
+	last, since := count(), time.Now()
+	testenv.Eventually(b, time.Minute, func() error {
+		if n := count(); n != last {
+			last, since = n, time.Now()
+		}
+		if quiet := time.Since(since); quiet < settleQuiet {
+			return fmt.Errorf("the count was %v, unchanged for only %s", last, quiet.Round(time.Millisecond))
+		}
+		return nil
+	})
 }
 
 // apiserverWrites returns the apiserver's own count of the write requests it has served

@@ -127,18 +127,20 @@ func BenchmarkBurstRSS(b *testing.B) {
 		answered += time.Since(start)
 		for r := range repos {
 			name := fmt.Sprintf("burst-%d", r)
-			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			testenv.Eventually(b, 2*time.Minute, func() error {
 				p, err := s.Kube.Policies.Get(ctx, "default", name)
-				if err == nil && p.Status.LatestRef != nil && p.Status.LatestRef.Tag == tag(perRepo-1) {
-					break
+				if err != nil {
+					return err
 				}
-				if time.Now().After(deadline) {
-					b.Fatalf("policy %s never reached %s (answers %v); logs in %s", name, tag(perRepo-1), codes, s.Log(stack.Scan))
+				if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != tag(perRepo-1) {
+					return fmt.Errorf("policy %s has not reached %s (answers %v); logs in %s", name, tag(perRepo-1), codes, s.Log(stack.Scan))
 				}
-			}
+				return nil
+			})
 		}
 		b.StopTimer()
-		time.Sleep(time.Second)
+		// Scans that the burst started may still be reading from the registry.
+		settle(b, func() float64 { return float64(reg.RequestCount()) })
 		requests += reg.RequestCount() - before
 		refused += repos*perRepo - codes[http.StatusAccepted]
 		for _, m := range []struct {

@@ -13,10 +13,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,11 +29,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/imagereflector/reflector/internal/function"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
-// Ports of the stack's processes; zero picks free ones.
+// Ports of the stack's processes; zero picks free ones. The stack binds the ports of the scan
+// and policy functions and the cron loop itself and hands the listeners to the processes
+// (function.Listen); the other programs bind theirs.
 type Ports struct {
 	APIServer, Etcd, Registry, Scan, Policy int
 	// ScanEvents is the scan function's cluster-local CloudEvents listener; Scan is its public
@@ -85,6 +90,10 @@ type Stack struct {
 	comps    map[string]*component
 	stopping bool
 	done     chan struct{} // closed by Stop: pending restarts give up
+	// listeners are those of reflector's programs, by component, while bound (bind).
+	listeners map[string][]testenv.Socket
+	// picked are the ports of Options.Ports that Start picked for programs that bind their own.
+	picked []*int
 }
 
 // Components that Stop and Restart name.
@@ -132,7 +141,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
-	s := &Stack{opts: opts, bins: filepath.Join(dir, "bin"), comps: map[string]*component{}, done: make(chan struct{})}
+	s := &Stack{opts: opts, bins: filepath.Join(dir, "bin"), comps: map[string]*component{}, done: make(chan struct{}),
+		listeners: map[string][]testenv.Socket{}}
 	defer func() {
 		if err != nil {
 			s.Stop()
@@ -145,12 +155,20 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	p := &s.opts.Ports
-	for _, port := range []*int{&p.Registry, &p.Scan, &p.ScanEvents, &p.Policy, &p.ScanMetrics, &p.PolicyMetrics, &p.CronMetrics,
-		&p.SourceScanProfiling, &p.SourcePolicyProfiling} {
+	// Reflector's programs are handed listeners that the stack binds and keeps (socket
+	// activation), so that no other program can take their ports; the other programs bind
+	// their own from a port number, picked here and again when another program took it first.
+	for _, c := range []string{Scan, Policy, Cron} {
+		if err := s.bind(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, port := range []*int{&p.Registry, &p.SourceScanProfiling, &p.SourcePolicyProfiling} {
 		if *port == 0 {
-			if *port, err = testenv.FreePort(); err != nil {
+			if *port, err = testenv.PortForProcess(); err != nil {
 				return nil, err
 			}
+			s.picked = append(s.picked, port)
 		}
 	}
 	s.Registry = "127.0.0.1:" + strconv.Itoa(p.Registry)
@@ -173,11 +191,98 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	for _, c := range Components() {
-		if err := s.start(ctx, c); err != nil {
+		if err := testenv.RetryPorts(func() error { return s.startOnPicked(ctx, c) }); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// startOnPicked starts component c. When the process exits because its port was taken, which
+// only a port that PortForProcess picked can be here, it cancels the restart, picks another port
+// and returns an error that wraps testenv.ErrAddrInUse, so that RetryPorts starts it again.
+func (s *Stack) startOnPicked(ctx context.Context, c string) error {
+	err := s.start(ctx, c)
+	if !errors.Is(err, testenv.ErrAddrInUse) {
+		return err
+	}
+	_ = s.Kill(c, syscall.SIGKILL)
+	port := map[string]*int{Registry: &s.opts.Ports.Registry,
+		SourceScan: &s.opts.Ports.SourceScanProfiling, SourcePolicy: &s.opts.Ports.SourcePolicyProfiling}[c]
+	if port == nil || !slices.Contains(s.picked, port) {
+		return fmt.Errorf("%s: the port it was given is taken: %v", c, err)
+	}
+	if *port, err = testenv.PortForProcess(); err != nil {
+		return err
+	}
+	s.Registry = "127.0.0.1:" + strconv.Itoa(s.opts.Ports.Registry)
+	return fmt.Errorf("starting %s: %w", c, testenv.ErrAddrInUse)
+}
+
+// socket is a listener of one of reflector's programs: the name the program asks for it by
+// (cmd/scan's and cmd/policy's listener names, function.MetricsListener) and its port.
+type socket struct {
+	name string
+	port *int
+}
+
+// sockets returns the listeners that component c is handed; none for programs other than
+// reflector's.
+func (s *Stack) sockets(c string) []socket {
+	p := &s.opts.Ports
+	switch c {
+	case Scan:
+		return []socket{{"webhooks", &p.Scan}, {"cloudevents", &p.ScanEvents}, {function.MetricsListener, &p.ScanMetrics}}
+	case Policy:
+		return []socket{{"policy", &p.Policy}, {function.MetricsListener, &p.PolicyMetrics}}
+	case Cron:
+		return []socket{{function.MetricsListener, &p.CronMetrics}}
+	}
+	return nil
+}
+
+// bind binds the listeners of component c, unless they are bound: on the ports that Options
+// fix, else on ports that testenv.ListenLow picks, which the ports record. The stack keeps them
+// while the component runs and while it restarts after an exit, so that connections wait for the
+// new process; Kill closes them, so that a component that is down refuses connections, and
+// bind binds the same ports again, which below the ephemeral range no client connection takes
+// meanwhile. The caller holds s.mu, or is Start.
+func (s *Stack) bind(c string) error {
+	if s.listeners[c] != nil {
+		return nil
+	}
+	var socks []testenv.Socket
+	for _, sk := range s.sockets(c) {
+		var (
+			l   net.Listener
+			err error
+		)
+		if *sk.port == 0 {
+			l, err = testenv.ListenLow()
+		} else {
+			l, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(*sk.port))
+		}
+		if err != nil {
+			for _, bound := range socks {
+				bound.Listener.Close()
+			}
+			return fmt.Errorf("%s: %s listener: %w", c, sk.name, err)
+		}
+		*sk.port = l.Addr().(*net.TCPAddr).Port
+		socks = append(socks, testenv.Socket{Name: sk.name, Listener: l})
+	}
+	if socks != nil {
+		s.listeners[c] = socks
+	}
+	return nil
+}
+
+// unbind closes the listeners of component c. The caller holds s.mu.
+func (s *Stack) unbind(c string) {
+	for _, sk := range s.listeners[c] {
+		sk.Listener.Close()
+	}
+	delete(s.listeners, c)
 }
 
 // build compiles the three binaries of reflector into dir.
@@ -234,10 +339,14 @@ func (s *Stack) webhookSecret(ctx context.Context) (string, error) {
 // for when it is not.
 type ready func() error
 
+// probe asks whether a process answers. A connection to a listener that the stack keeps is
+// taken while no process serves it, so a request must give up to be asked again.
+var probe = &http.Client{Timeout: 2 * time.Second}
+
 // answers is the readiness of a process that serves url: any answer below 500.
 func answers(url string) ready {
 	return func() error {
-		resp, err := http.Get(url)
+		resp, err := probe.Get(url)
 		if err != nil {
 			return err
 		}
@@ -408,7 +517,11 @@ func (s *Stack) start(ctx context.Context, c string) error {
 		comp.gen++
 		comp.delay = 0
 	}
-	_, ready, err := s.spawn(c)
+	var logFrom int64
+	if fi, err := os.Stat(s.Log(c)); err == nil {
+		logFrom = fi.Size()
+	}
+	p, ready, err := s.spawn(c)
 	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("starting %s: %w", c, err)
@@ -416,6 +529,7 @@ func (s *Stack) start(ctx context.Context, c string) error {
 	if ready == nil {
 		return nil
 	}
+	exited := p.exited
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err := ready()
@@ -428,6 +542,12 @@ func (s *Stack) start(ctx context.Context, c string) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-exited:
+			if b, rerr := os.ReadFile(s.Log(c)); rerr == nil && int64(len(b)) >= logFrom && testenv.AddrInUse(b[logFrom:]) {
+				return fmt.Errorf("%s: %w; its log is %s", c, testenv.ErrAddrInUse, s.Log(c))
+			}
+			// Otherwise the stack starts another process after the backoff: wait for that one.
+			exited = nil
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -447,16 +567,20 @@ func (s *Stack) Kill(c string, sig syscall.Signal) error {
 	comp.proc, comp.restartAt = nil, time.Time{}
 	comp.gen++
 	s.mu.Unlock()
-	if p == nil {
-		return nil
+	if p != nil {
+		_ = p.cmd.Process.Signal(sig)
+		select {
+		case <-p.exited:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
 	}
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.exited:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
+	s.mu.Lock()
+	if comp.proc == nil {
+		s.unbind(c)
 	}
+	s.mu.Unlock()
 	return nil
 }
 
@@ -488,6 +612,11 @@ func (s *Stack) Stop() error {
 	for _, c := range []string{SourceScan, SourcePolicy, Cron, Scan, Policy, Registry} {
 		_ = s.Kill(c, syscall.SIGTERM)
 	}
+	s.mu.Lock()
+	for c := range s.listeners {
+		s.unbind(c)
+	}
+	s.mu.Unlock()
 	if s.Env != nil {
 		return s.Env.Stop()
 	}

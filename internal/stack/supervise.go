@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"github.com/imagereflector/reflector/internal/testenv"
 )
 
 // The restart backoff of a component whose process exits on its own, as a kubelet's
@@ -112,7 +114,10 @@ func (s *Stack) spawn(c string) (*proc, ready, error) {
 	// A group of its own: the terminal's Ctrl-C reaches only `make run`, which stops the
 	// processes in order, rather than every process at once, each exit seen as a crash.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if err := s.bind(c); err != nil {
+		return nil, nil, err
+	}
+	if err := testenv.StartWithListeners(cmd, s.listeners[c]...); err != nil {
 		return nil, nil, err
 	}
 	p := &proc{cmd: cmd, started: time.Now(), exited: make(chan struct{})}

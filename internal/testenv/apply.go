@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -39,18 +38,9 @@ func (e *Env) InstallCRDs(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", f, err)
 		}
 	}
-	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	deadline := time.Now().Add(30 * time.Second)
 	for _, name := range []string{"imagerepositories.image.toolkit.fluxcd.io", "imagepolicies.image.toolkit.fluxcd.io"} {
-		for {
-			obj, err := e.dynamic.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
-			if err == nil && established(obj) {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("CRD %s not established: %v", name, err)
-			}
-			time.Sleep(50 * time.Millisecond)
+		if err := e.waitEstablished(ctx, name); err != nil {
+			return err
 		}
 	}
 	return nil

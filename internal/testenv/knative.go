@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,8 +27,9 @@ import (
 
 // KnativeOptions choose which of Knative's programs StartKnative runs. Each needs `make
 // knative-env` (hack/knative.sh), which builds them so that their probe server, fixed on port
-// 8080 in Knative's code, listens where KNATIVE_PROBES_PORT says: every port here is a free one
-// picked at start, so several environments and `make run` can share a host.
+// 8080 in Knative's code, listens where KNATIVE_PROBES_PORT says: every port here is one that
+// PortForProcess picks at start, and picks again when another program took it first, so that
+// several environments and `make run` can share a host.
 type KnativeOptions struct {
 	// Serving runs Serving's webhook and controller: Services, Configurations, Revisions and
 	// their Deployments and PodAutoscalers. Routes and Services never become Ready: there is no
@@ -219,45 +221,26 @@ func (e *Env) startKnativeComponent(ctx context.Context, name, namespace, bin st
 		}
 	}
 
-	// One free port per webhook, written into its webhook configurations and its Service.
+	// One port per webhook, written into its webhook configurations and its Service.
 	ports := map[string]int{} // webhook Service -> port
 	for _, b := range knativeBinaries[name] {
 		if b.service != "" {
-			p, err := FreePort()
+			p, err := pickPort()
 			if err != nil {
 				return err
 			}
 			ports[b.service] = p
 		}
 	}
-	var webhookConfigs []*unstructured.Unstructured
+	var webhookConfigs, others []*unstructured.Unstructured
 	for _, o := range rest {
-		if o.GetKind() != "MutatingWebhookConfiguration" && o.GetKind() != "ValidatingWebhookConfiguration" {
-			continue
+		if o.GetKind() == "MutatingWebhookConfiguration" || o.GetKind() == "ValidatingWebhookConfiguration" {
+			webhookConfigs = append(webhookConfigs, o)
+		} else {
+			others = append(others, o)
 		}
-		whs, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
-		for _, w := range whs {
-			svc, _, _ := unstructured.NestedMap(w.(map[string]any), "clientConfig", "service")
-			svcName, _ := svc["name"].(string)
-			if p, ok := ports[svcName]; ok {
-				svc["port"] = int64(p)
-				_ = unstructured.SetNestedMap(w.(map[string]any), svc, "clientConfig", "service")
-			}
-		}
-		_ = unstructured.SetNestedSlice(o.Object, whs, "webhooks")
-		webhookConfigs = append(webhookConfigs, o)
 	}
-	for svcName, p := range ports {
-		rest = append(rest, &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "v1", "kind": "Service",
-			"metadata": map[string]any{"name": svcName, "namespace": namespace},
-			"spec": map[string]any{
-				"type": "ExternalName", "externalName": "localhost",
-				"ports": []any{map[string]any{"name": "https-webhook", "port": int64(p)}},
-			},
-		}})
-	}
-	if err := e.applyObjects(ctx, rest); err != nil {
+	if err := e.applyObjects(ctx, append(others, webhookObjects(webhookConfigs, namespace, ports)...)); err != nil {
 		return err
 	}
 
@@ -281,18 +264,6 @@ func (e *Env) startKnativeComponent(ctx context.Context, name, namespace, bin st
 		if err != nil {
 			return err
 		}
-		probes, err := FreePort()
-		if err != nil {
-			return err
-		}
-		pprofPort, err := FreePort()
-		if err != nil {
-			return err
-		}
-		metrics, err := FreePort()
-		if err != nil {
-			return err
-		}
 		if v, err := e.clientset.Discovery().ServerVersion(); err == nil && strings.HasPrefix(v.GitVersion, "v0.0.0-") {
 			// hack/testenv.sh builds kube-apiserver without a version stamp.
 			environ = append(environ, "KUBERNETES_MIN_VERSION=v0.0.0")
@@ -301,42 +272,103 @@ func (e *Env) startKnativeComponent(ctx context.Context, name, namespace, bin st
 			// Every server of the program on 127.0.0.1 (hack/knative.sh), not every interface.
 			"KNATIVE_LISTEN_HOST=127.0.0.1",
 			"METRICS_PROMETHEUS_HOST=127.0.0.1",
-			"KNATIVE_PROBES_PORT="+strconv.Itoa(probes),
-			"PROFILING_PORT="+strconv.Itoa(pprofPort),
-			"METRICS_PROMETHEUS_PORT="+strconv.Itoa(metrics),
 			"KUBECONFIG="+e.Kubeconfig,
 		)
-		if service != "" {
-			environ = append(environ, "WEBHOOK_PORT="+strconv.Itoa(ports[service]))
-		}
 		logName := "knative-" + name + "-" + binary
-		if err := e.startProgram(logName, filepath.Join(bin, binary), environ, "--kubeconfig="+e.Kubeconfig); err != nil {
-			return err
-		}
-		logPath := filepath.Join(e.Dir, logName+".log")
-		if service != "" {
-			if err := waitFor(ctx, 90*time.Second, logName, logPath, func() error {
-				return e.webhookReady(ctx, webhookConfigs, service, ports[service])
-			}); err != nil {
-				return err
+		attempt := 0
+		if err := RetryPorts(func() error {
+			attempt++
+			if attempt > 1 && service != "" {
+				// The webhook's port was taken: another one, in its configurations too.
+				p, err := pickPort()
+				if err != nil {
+					return err
+				}
+				ports[service] = p
+				if err := e.applyObjects(ctx, webhookObjects(webhookConfigs, namespace, map[string]int{service: p})); err != nil {
+					return err
+				}
 			}
-			continue
-		}
-		if err := waitFor(ctx, 90*time.Second, logName, logPath, func() error {
-			resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(probes) + "/readiness")
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("readiness: %s", resp.Status)
-			}
-			return nil
+			return e.startKnativeProgram(ctx, logName, filepath.Join(bin, binary), environ, service, ports[service], webhookConfigs)
 		}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// webhookObjects returns the webhook configurations with the port of each webhook Service of
+// ports in its clientConfig, and for each such Service one of type ExternalName that names
+// localhost on that port.
+func webhookObjects(configs []*unstructured.Unstructured, namespace string, ports map[string]int) []*unstructured.Unstructured {
+	var objs []*unstructured.Unstructured
+	for _, o := range configs {
+		whs, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+		for _, w := range whs {
+			svc, _, _ := unstructured.NestedMap(w.(map[string]any), "clientConfig", "service")
+			svcName, _ := svc["name"].(string)
+			if p, ok := ports[svcName]; ok {
+				svc["port"] = int64(p)
+				_ = unstructured.SetNestedMap(w.(map[string]any), svc, "clientConfig", "service")
+			}
+		}
+		_ = unstructured.SetNestedSlice(o.Object, whs, "webhooks")
+		objs = append(objs, o)
+	}
+	for svcName, p := range ports {
+		objs = append(objs, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Service",
+			"metadata": map[string]any{"name": svcName, "namespace": namespace},
+			"spec": map[string]any{
+				"type": "ExternalName", "externalName": "localhost",
+				"ports": []any{map[string]any{"name": "https-webhook", "port": int64(p)}},
+			},
+		}})
+	}
+	return objs
+}
+
+// startKnativeProgram starts one of Knative's programs with environ, on ports that
+// PortForProcess picks and the webhook port when it serves the webhook Service service, and
+// waits until it is ready. When the program exits because one of its ports was taken, the
+// error wraps ErrAddrInUse.
+func (e *Env) startKnativeProgram(ctx context.Context, logName, binary string, environ []string, service string, webhookPort int, webhookConfigs []*unstructured.Unstructured) error {
+	var ports [3]int
+	for i := range ports {
+		p, err := pickPort()
+		if err != nil {
+			return err
+		}
+		ports[i] = p
+	}
+	probes := ports[0]
+	environ = append(slices.Clip(environ),
+		"KNATIVE_PROBES_PORT="+strconv.Itoa(probes),
+		"PROFILING_PORT="+strconv.Itoa(ports[1]),
+		"METRICS_PROMETHEUS_PORT="+strconv.Itoa(ports[2]),
+	)
+	if service != "" {
+		environ = append(environ, "WEBHOOK_PORT="+strconv.Itoa(webhookPort))
+	}
+	proc, err := e.startProgram(logName, binary, environ, "--kubeconfig="+e.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	ready := func() error {
+		resp, err := probe.Get("http://127.0.0.1:" + strconv.Itoa(probes) + "/readiness")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readiness: %s", resp.Status)
+		}
+		return nil
+	}
+	if service != "" {
+		ready = func() error { return e.webhookReady(ctx, webhookConfigs, service, webhookPort) }
+	}
+	return e.waitStarted(ctx, proc, 90*time.Second, false, ready)
 }
 
 // knativeEnviron is the environment of a Deployment's first container as a pod would see it,
@@ -431,7 +463,7 @@ func (e *Env) applyObjects(ctx context.Context, objs []*unstructured.Unstructure
 
 func (e *Env) waitEstablished(ctx context.Context, name string) error {
 	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	return waitFor(ctx, 30*time.Second, "CRD "+name, "", func() error {
+	err := waitFor(ctx, 30*time.Second, nil, func() error {
 		obj, err := e.dynamic.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -441,6 +473,10 @@ func (e *Env) waitEstablished(ctx context.Context, name string) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return fmt.Errorf("CRD %s: %w", name, err)
+	}
+	return nil
 }
 
 // moduleDir returns where the Go module cache holds mod (path@version), downloading it if the

@@ -6,14 +6,12 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,9 +41,9 @@ type Env struct {
 
 	clientset kubernetes.Interface
 	dynamic   dynamic.Interface
-	procs     []*exec.Cmd
+	procs     []*process
 	// programs run against the apiserver (Knative's); Stop stops them together, first.
-	programs  []*exec.Cmd
+	programs  []*process
 	temporary bool
 }
 
@@ -106,94 +104,11 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("writing certificates: %w", err)
 	}
-	etcdPort, err := portOr(opts.EtcdPort)
+	etcdURL, err := env.startEtcd(ctx, etcdBin, opts.EtcdPort)
 	if err != nil {
 		return nil, err
 	}
-	peerPort, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdPort)
-	if err := env.startProcess(ctx, "etcd", etcdBin,
-		"--name=reflector",
-		"--data-dir="+filepath.Join(dir, "etcd"),
-		"--listen-client-urls="+etcdURL,
-		"--advertise-client-urls="+etcdURL,
-		"--listen-peer-urls=http://127.0.0.1:"+strconv.Itoa(peerPort),
-		"--initial-advertise-peer-urls=http://127.0.0.1:"+strconv.Itoa(peerPort),
-		"--initial-cluster=reflector=http://127.0.0.1:"+strconv.Itoa(peerPort),
-		"--listen-metrics-urls=",
-		"--unsafe-no-fsync=true",
-		"--log-level=warn",
-	); err != nil {
-		return nil, err
-	}
-	if err := waitFor(ctx, 30*time.Second, "etcd", filepath.Join(dir, "etcd.log"), func() error {
-		resp, err := http.Get(etcdURL + "/health")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("etcd /health answered %s", resp.Status)
-		}
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-
-	apiPort, err := portOr(opts.APIServerPort)
-	if err != nil {
-		return nil, err
-	}
-	env.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
-	if err := env.startProcess(ctx, "kube-apiserver", apiBin,
-		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(apiPort),
-		// 1.37 refuses a loopback advertise address unless no endpoint reconciler runs.
-		"--advertise-address=127.0.0.1",
-		"--endpoint-reconciler-type=none",
-		"--cert-dir="+filepath.Join(dir, "pki"),
-		"--tls-cert-file="+p.servingCert,
-		"--tls-private-key-file="+p.servingKey,
-		"--client-ca-file="+p.caCert,
-		"--service-account-issuer="+env.APIServerURL,
-		"--service-account-key-file="+p.saKey,
-		"--service-account-signing-key-file="+p.saKey,
-		"--service-cluster-ip-range=10.0.0.0/24",
-		"--authorization-mode=RBAC",
-		"--allow-privileged=true",
-		"--disable-admission-plugins=ServiceAccount",
-		"--storage-media-type=application/json",
-		"--v=0",
-	); err != nil {
-		return nil, err
-	}
-	env.Config = &rest.Config{
-		Host: env.APIServerURL,
-		TLSClientConfig: rest.TLSClientConfig{
-			CAFile:   p.caCert,
-			CertFile: p.adminCert,
-			KeyFile:  p.adminKey,
-		},
-		QPS:   1000,
-		Burst: 2000,
-	}
-	if env.clientset, err = kubernetes.NewForConfig(env.Config); err != nil {
-		return nil, err
-	}
-	if env.dynamic, err = dynamic.NewForConfig(env.Config); err != nil {
-		return nil, err
-	}
-	if err := waitFor(ctx, 60*time.Second, "kube-apiserver", filepath.Join(dir, "kube-apiserver.log"), func() error {
-		body, err := env.clientset.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		if err != nil {
-			return fmt.Errorf("%w: %s", err, body)
-		}
-		return nil
-	}); err != nil {
+	if err := env.startAPIServer(ctx, apiBin, opts.APIServerPort, etcdURL, p); err != nil {
 		return nil, err
 	}
 	if env.Kubeconfig, err = env.writeKubeconfig(p); err != nil {
@@ -203,6 +118,126 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		return nil, fmt.Errorf("installing CRDs: %w", err)
 	}
 	return env, nil
+}
+
+// startEtcd starts etcd on port (zero: one PortForProcess picks, again if it was taken) and
+// waits until it is healthy; it returns etcd's client URL.
+func (e *Env) startEtcd(ctx context.Context, bin string, port int) (string, error) {
+	var url string
+	return url, RetryPorts(func() error {
+		clientPort, err := portOr(port)
+		if err != nil {
+			return err
+		}
+		peerPort, err := pickPort()
+		if err != nil {
+			return err
+		}
+		url = "http://127.0.0.1:" + strconv.Itoa(clientPort)
+		peer := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+		proc, err := e.startProcess("etcd", bin, nil,
+			"--name=reflector",
+			"--data-dir="+filepath.Join(e.Dir, "etcd"),
+			"--listen-client-urls="+url,
+			"--advertise-client-urls="+url,
+			"--listen-peer-urls="+peer,
+			"--initial-advertise-peer-urls="+peer,
+			"--initial-cluster=reflector="+peer,
+			"--listen-metrics-urls=",
+			"--unsafe-no-fsync=true",
+			"--log-level=warn",
+		)
+		if err != nil {
+			return err
+		}
+		return e.waitStarted(ctx, proc, 30*time.Second, port != 0, func() error {
+			resp, err := probe.Get(url + "/health")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("etcd /health answered %s", resp.Status)
+			}
+			return nil
+		})
+	})
+}
+
+// startAPIServer starts kube-apiserver on port (zero: one PortForProcess picks, again if it was
+// taken) against etcdURL, sets e's URL, clients and configuration, and waits until it is ready.
+func (e *Env) startAPIServer(ctx context.Context, bin string, port int, etcdURL string, p *pki) error {
+	return RetryPorts(func() error {
+		apiPort, err := portOr(port)
+		if err != nil {
+			return err
+		}
+		e.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+		proc, err := e.startProcess("kube-apiserver", bin, nil,
+			"--etcd-servers="+etcdURL,
+			"--bind-address=127.0.0.1",
+			"--secure-port="+strconv.Itoa(apiPort),
+			// 1.37 refuses a loopback advertise address unless no endpoint reconciler runs.
+			"--advertise-address=127.0.0.1",
+			"--endpoint-reconciler-type=none",
+			"--cert-dir="+filepath.Join(e.Dir, "pki"),
+			"--tls-cert-file="+p.servingCert,
+			"--tls-private-key-file="+p.servingKey,
+			"--client-ca-file="+p.caCert,
+			"--service-account-issuer="+e.APIServerURL,
+			"--service-account-key-file="+p.saKey,
+			"--service-account-signing-key-file="+p.saKey,
+			"--service-cluster-ip-range=10.0.0.0/24",
+			"--authorization-mode=RBAC",
+			"--allow-privileged=true",
+			"--disable-admission-plugins=ServiceAccount",
+			"--storage-media-type=application/json",
+			"--v=0",
+		)
+		if err != nil {
+			return err
+		}
+		e.Config = &rest.Config{
+			Host: e.APIServerURL,
+			TLSClientConfig: rest.TLSClientConfig{
+				CAFile:   p.caCert,
+				CertFile: p.adminCert,
+				KeyFile:  p.adminKey,
+			},
+			QPS:   1000,
+			Burst: 2000,
+		}
+		if e.clientset, err = kubernetes.NewForConfig(e.Config); err != nil {
+			return err
+		}
+		if e.dynamic, err = dynamic.NewForConfig(e.Config); err != nil {
+			return err
+		}
+		return e.waitStarted(ctx, proc, 60*time.Second, port != 0, func() error {
+			cctx, cancel := context.WithTimeout(ctx, probe.Timeout)
+			defer cancel()
+			body, err := e.clientset.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(cctx)
+			if err != nil {
+				return fmt.Errorf("%w: %s", err, body)
+			}
+			return nil
+		})
+	})
+}
+
+// waitStarted waits until proc is ready (check). When proc exits first because a port it was
+// given was taken, it returns an error that wraps ErrAddrInUse, unless the ports were fixed, and
+// forgets proc, so that RetryPorts can start another.
+func (e *Env) waitStarted(ctx context.Context, proc *process, timeout time.Duration, fixedPorts bool, check func() error) error {
+	err := waitFor(ctx, timeout, proc, check)
+	if err != nil && proc.addrInUse() {
+		proc.stop(time.Second)
+		e.forget(proc)
+		if !fixedPorts {
+			return fmt.Errorf("%s: %w", proc.name, ErrAddrInUse)
+		}
+	}
+	return err
 }
 
 // Clientset returns a typed client with admin rights.
@@ -215,15 +250,15 @@ func (e *Env) Dynamic() dynamic.Interface { return e.dynamic }
 // and etcd, in that order, and removes a temporary state directory.
 func (e *Env) Stop() error {
 	var wg sync.WaitGroup
-	for _, cmd := range e.programs {
+	for _, p := range e.programs {
 		// Knative's webhooks keep serving for a drain period (45 s) after SIGTERM, for the
 		// endpoints of a Service to move on; nothing here needs that.
-		wg.Go(func() { stopProcess(cmd, time.Second) })
+		wg.Go(func() { p.stop(time.Second) })
 	}
 	wg.Wait()
 	e.programs = nil
 	for i := len(e.procs) - 1; i >= 0; i-- {
-		stopProcess(e.procs[i], 10*time.Second)
+		e.procs[i].stop(10 * time.Second)
 	}
 	e.procs = nil
 	if e.temporary {
@@ -232,45 +267,76 @@ func (e *Env) Stop() error {
 	return nil
 }
 
-// stopProcess sends SIGTERM, and SIGKILL after grace, and waits for the process to exit.
-func stopProcess(cmd *exec.Cmd, grace time.Duration) {
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+// process is a program that the Env started.
+type process struct {
+	name    string
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed once the process has exited and been waited for
+	err     error         // what Wait returned, once exited is closed
+	log     string        // the path of its log
+	logFrom int64         // the size of the log when it started: earlier processes wrote the rest
+}
+
+// stop sends SIGTERM, and SIGKILL after grace, and waits for the process to exit.
+func (p *process) stop(grace time.Duration) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-done:
+	case <-p.exited:
 	case <-time.After(grace):
-		_ = cmd.Process.Kill()
-		<-done
+		_ = p.cmd.Process.Kill()
+		<-p.exited
 	}
 }
 
-func (e *Env) startProcess(ctx context.Context, name, bin string, args ...string) error {
-	cmd, err := e.startProcessEnv(name, bin, nil, args...)
-	if err == nil {
-		e.procs = append(e.procs, cmd)
+// addrInUse tells whether the process has said that an address it was to bind was taken. Some
+// programs (Knative's webhooks) say so and run on without serving.
+func (p *process) addrInUse() bool {
+	b, err := os.ReadFile(p.log)
+	if err != nil || int64(len(b)) < p.logFrom {
+		return false
 	}
-	return err
+	return AddrInUse(b[p.logFrom:])
+}
+
+// startProcess starts bin with the environment environ (nil: this process's), logging to
+// <Dir>/<name>.log; Stop stops it after the programs.
+func (e *Env) startProcess(name, bin string, environ []string, args ...string) (*process, error) {
+	p, err := e.spawn(name, bin, environ, args...)
+	if err == nil {
+		e.procs = append(e.procs, p)
+	}
+	return p, err
 }
 
 // startProgram starts a program that runs against the apiserver, with the environment environ;
 // Stop stops it before the apiserver.
-func (e *Env) startProgram(name, bin string, environ []string, args ...string) error {
-	cmd, err := e.startProcessEnv(name, bin, environ, args...)
+func (e *Env) startProgram(name, bin string, environ []string, args ...string) (*process, error) {
+	p, err := e.spawn(name, bin, environ, args...)
 	if err == nil {
-		e.programs = append(e.programs, cmd)
+		e.programs = append(e.programs, p)
 	}
-	return err
+	return p, err
 }
 
-// startProcessEnv starts bin with the environment environ (nil: this process's), logging to
+// forget drops a process that has exited from those that Stop stops.
+func (e *Env) forget(p *process) {
+	e.procs = slices.DeleteFunc(e.procs, func(q *process) bool { return q == p })
+	e.programs = slices.DeleteFunc(e.programs, func(q *process) bool { return q == p })
+}
+
+// spawn starts bin with the environment environ (nil: this process's), logging to
 // <Dir>/<name>.log.
-func (e *Env) startProcessEnv(name, bin string, environ []string, args ...string) (*exec.Cmd, error) {
-	logFile, err := os.OpenFile(filepath.Join(e.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+func (e *Env) spawn(name, bin string, environ []string, args ...string) (*process, error) {
+	path := filepath.Join(e.Dir, name+".log")
+	logFile, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close()
+	fi, err := logFile.Stat()
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = environ
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -279,7 +345,12 @@ func (e *Env) startProcessEnv(name, bin string, environ []string, args ...string
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	return cmd, nil
+	p := &process{name: name, cmd: cmd, exited: make(chan struct{}), log: path, logFrom: fi.Size()}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
 }
 
 func (e *Env) writeKubeconfig(p *pki) (string, error) {
@@ -292,22 +363,39 @@ func (e *Env) writeKubeconfig(p *pki) (string, error) {
 	return path, clientcmd.WriteToFile(*cfg, path)
 }
 
-// waitFor polls check until it succeeds, the timeout passes or ctx ends; a failure carries the
-// end of the process's log.
-func waitFor(ctx context.Context, timeout time.Duration, what, logPath string, check func() error) error {
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		if last = check(); last == nil {
+// probe asks whether a program is ready. It gives up, so that a port that another program holds
+// without answering is asked again, and the program's exit noticed.
+var probe = &http.Client{Timeout: 2 * time.Second}
+
+// waitFor polls check until it succeeds, the timeout passes, ctx ends or proc (when not nil)
+// exits or says that an address it was to bind was taken; a failure carries the end of the
+// process's log.
+func waitFor(ctx context.Context, timeout time.Duration, proc *process, check func() error) error {
+	what, logPath := "it was", ""
+	var exited <-chan struct{}
+	if proc != nil {
+		what, logPath, exited = proc.name, proc.log, proc.exited
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		last := check()
+		if last == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-exited:
+			return fmt.Errorf("%s exited before it was ready (%v): %v\n%s", what, proc.err, last, tail(logPath, 20))
 		case <-time.After(100 * time.Millisecond):
+			if proc != nil && proc.addrInUse() {
+				return fmt.Errorf("%s could not bind an address: %v\n%s", what, last, tail(logPath, 20))
+			}
+		case <-timer.C:
+			return fmt.Errorf("%s not ready after %s: %v\n%s", what, timeout, last, tail(logPath, 20))
 		}
 	}
-	return fmt.Errorf("%s not ready after %s: %v\n%s", what, timeout, last, tail(logPath, 20))
 }
 
 func tail(path string, lines int) string {
@@ -322,26 +410,12 @@ func tail(path string, lines int) string {
 	return strings.Join(all, "\n")
 }
 
+// portOr returns p, or when it is zero a port from PortForProcess.
 func portOr(p int) (int, error) {
 	if p != 0 {
 		return p, nil
 	}
-	return FreePort()
-}
-
-// FreePort returns a free port below the ephemeral range (32768 on Linux), where no closing
-// client connection can hold it.
-func FreePort() (int, error) {
-	for range 100 {
-		port := 20000 + rand.IntN(12000)
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return port, nil
-	}
-	return 0, errors.New("no free port found between 20000 and 32000")
+	return pickPort()
 }
 
 // Client returns a client of reflector's for the environment's apiserver.

@@ -106,13 +106,13 @@ func procAddr(s string) (netip.AddrPort, error) {
 // 127.0.0.1 only, and so must the programs they start: an empty answer shows that they do.
 func (e *Env) ExposedListeners() (map[string][]netip.AddrPort, error) {
 	exposed := map[string][]netip.AddrPort{}
-	for _, cmd := range append(slices.Clone(e.procs), e.programs...) {
-		addrs, err := Listeners(cmd.Process.Pid)
+	for _, p := range append(slices.Clone(e.procs), e.programs...) {
+		addrs, err := Listeners(p.cmd.Process.Pid)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Base(cmd.Path), err)
+			return nil, fmt.Errorf("%s: %w", p.name, err)
 		}
 		if bad := NonLoopback(addrs); len(bad) > 0 {
-			exposed[fmt.Sprintf("%s (pid %d)", cmd.Path, cmd.Process.Pid)] = bad
+			exposed[fmt.Sprintf("%s (%s, pid %d)", p.name, p.cmd.Path, p.cmd.Process.Pid)] = bad
 		}
 	}
 	return exposed, nil

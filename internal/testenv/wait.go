@@ -10,8 +10,16 @@ const pollEvery = 20 * time.Millisecond
 
 // Eventually calls check until it returns nil, every 20 ms, and fails tb with check's last
 // error when within has passed first. It is the one place where tests wait for another
-// goroutine or process to get somewhere, and the one place where they sleep.
+// goroutine or process to get somewhere, and (with EventuallyEvery) the one place where they
+// sleep.
 func Eventually(tb testing.TB, within time.Duration, check func() error) {
+	tb.Helper()
+	EventuallyEvery(tb, within, pollEvery, check)
+}
+
+// EventuallyEvery is Eventually with checks every interval: for a benchmark that measures how
+// long until check passes, to the resolution that interval gives.
+func EventuallyEvery(tb testing.TB, within, interval time.Duration, check func() error) {
 	tb.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -22,7 +30,7 @@ func Eventually(tb testing.TB, within time.Duration, check func() error) {
 		if time.Now().After(deadline) {
 			tb.Fatalf("not within %s: %v", within, err)
 		}
-		time.Sleep(pollEvery)
+		time.Sleep(interval)
 	}
 }
 

@@ -1,0 +1,107 @@
+package testenv
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestStartRetriesTakenPortsIntegration hands etcd and then kube-apiserver, as the first port of
+// each, one that another listener holds, and checks that Start notices each exit and starts the
+// program again on another port.
+func TestStartRetriesTakenPortsIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: starts etcd and kube-apiserver; run it without -short")
+	}
+	taken, err := ListenLow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	takenPort := taken.Addr().(*net.TCPAddr).Port
+	// Start asks for etcd's client and peer ports, twice since the first client port is
+	// taken, then for kube-apiserver's.
+	calls := 0
+	pickPort = func() (int, error) {
+		if calls++; calls == 1 || calls == 5 {
+			return takenPort, nil
+		}
+		return PortForProcess()
+	}
+	t.Cleanup(func() { pickPort = PortForProcess })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	env, err := Start(ctx, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	if strings.HasSuffix(env.APIServerURL, ":"+strconv.Itoa(takenPort)) {
+		t.Errorf("kube-apiserver at %s, the taken port", env.APIServerURL)
+	}
+	for _, name := range []string{"etcd", "kube-apiserver"} {
+		b, err := os.ReadFile(filepath.Join(env.Dir, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !AddrInUse(b) {
+			t.Errorf("%s never said its port was taken: was it started on it?\n%s", name, b)
+		}
+	}
+	if _, err := env.Clientset().Discovery().ServerVersion(); err != nil {
+		t.Errorf("the apiserver started on another port does not answer: %v", err)
+	}
+	if calls != 6 {
+		t.Errorf("%d ports picked, want 6", calls)
+	}
+}
+
+// TestStartKnativeRetriesATakenWebhookPortIntegration hands Serving's webhook a port that
+// another listener holds, and checks that StartKnative starts it again on another port, which
+// its webhook configurations then name.
+func TestStartKnativeRetriesATakenWebhookPortIntegration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: starts kube-apiserver and Knative Serving; run it without -short")
+	}
+	if _, _, err := KnativeBinDir("serving"); err != nil {
+		t.Skipf("Knative serving is not built: %v", err)
+	}
+	taken, err := ListenLow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	takenPort := taken.Addr().(*net.TCPAddr).Port
+	// Start picks three ports (etcd's two, kube-apiserver's); the fourth is the webhook's.
+	calls := 0
+	pickPort = func() (int, error) {
+		if calls++; calls == 4 {
+			return takenPort, nil
+		}
+		return PortForProcess()
+	}
+	t.Cleanup(func() { pickPort = PortForProcess })
+	env, _ := KnativeEnv(t, KnativeOptions{Serving: true})
+	b, err := os.ReadFile(filepath.Join(env.Dir, "knative-serving-webhook.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !AddrInUse(b) {
+		t.Errorf("the webhook never said its port was taken: was it started on it?")
+	}
+	svc, err := env.Clientset().CoreV1().Services("knative-serving").Get(context.Background(), "webhook", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := svc.Spec.Ports[0].Port; int(p) == takenPort {
+		t.Errorf("the webhook Service still names the taken port %d", p)
+	}
+}
