@@ -125,6 +125,8 @@ func (o *Objects[T, L]) Pages(ctx context.Context, namespace string, opts metav1
 		if opts.Continue = any(page).(metav1.ListInterface).GetContinue(); opts.Continue == "" {
 			return nil
 		}
+		// The continue token carries the resource version of the first page.
+		opts.ResourceVersion = ""
 	}
 }
 

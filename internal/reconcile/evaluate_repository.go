@@ -51,6 +51,20 @@ func (e *Evaluator) EvaluateRepository(ctx context.Context, repoNamespace, repoN
 	return outs, err
 }
 
+// evaluateFresh evaluates pol, as listed, and once more as it is now when its spec changed
+// before the outcome was written (the listing may come from the apiserver's cache).
+func (e *Evaluator) evaluateFresh(ctx context.Context, w *policyWorld, pol *v1.ImagePolicy) (PolicyOutcome, error) {
+	out, err := e.evaluate(ctx, w, pol)
+	if !errors.Is(err, errSpecChanged) {
+		return out, err
+	}
+	fresh, gerr := e.Kube.Policies.Get(ctx, pol.Namespace, pol.Name)
+	if gerr != nil {
+		return out, errors.Join(err, gerr)
+	}
+	return e.evaluate(ctx, w, fresh)
+}
+
 // RepositoryRefField is the ImagePolicy field that the CRD makes selectable.
 const RepositoryRefField = "spec.imageRepositoryRef.name"
 
@@ -58,7 +72,13 @@ const RepositoryRefField = "spec.imageRepositoryRef.name"
 // returns those keep accepts.
 func (e *Evaluator) policies(ctx context.Context, fieldSelector string, keep func(*v1.ImagePolicy) bool) ([]*v1.ImagePolicy, error) {
 	var out []*v1.ImagePolicy
-	err := e.Kube.Policies.Pages(ctx, "", metav1.ListOptions{Limit: e.PageSize, FieldSelector: fieldSelector}, func(l *v1.ImagePolicyList) error {
+	// From the apiserver's watch cache (resourceVersion 0): a consistent list waits for the
+	// cache to catch up with etcd, about 95 ms after a write such as this push's status
+	// (docs/benchmarks.md). A policy the cache has not seen yet is evaluated by its own
+	// ApiServerSource event or the cron reconciler, and one whose spec changed meanwhile is not
+	// written with the old spec's outcome (evaluateFresh).
+	opts := metav1.ListOptions{Limit: e.PageSize, FieldSelector: fieldSelector, ResourceVersion: "0"}
+	err := e.Kube.Policies.Pages(ctx, "", opts, func(l *v1.ImagePolicyList) error {
 		for i := range l.Items {
 			if p := &l.Items[i]; keep(p) {
 				out = append(out, p)
@@ -97,7 +117,7 @@ func (e *Evaluator) evaluateAll(ctx context.Context, w *policyWorld, pols []*v1.
 		// Errors are kept per policy: one failed evaluation does not stop the others.
 		g.Go(func() error {
 			start := e.now()
-			out, err := e.evaluate(ctx, w, pol)
+			out, err := e.evaluateFresh(ctx, w, pol)
 			outs[i], errs[i] = e.logged(ctx, out, start, err)
 			w.release(repoKey(pol))
 			return nil

@@ -50,7 +50,7 @@ type statusWriter[T object[T]] struct {
 
 // write writes the status that mutate derives as a patch against obj, the object as read, which
 // saves a read; when obj is stale (an annotation arrived since), the conflict makes it start over
-// from a fresh read.
+// from a fresh read, unless the spec changed (errSpecChanged).
 func (w statusWriter[T]) write(ctx context.Context, obj T, mutate func(T) error) (T, error) {
 	next := obj.DeepCopy()
 	if err := mutate(next); err != nil {
@@ -59,10 +59,21 @@ func (w statusWriter[T]) write(ctx context.Context, obj T, mutate func(T) error)
 	}
 	updated, err := w.objects.PatchStatus(ctx, obj, next)
 	if apierrors.IsConflict(err) {
-		return w.objects.UpdateStatus(ctx, obj.GetNamespace(), obj.GetName(), mutate)
+		// What mutate writes was derived from obj's spec: it must not land on another one.
+		generation := obj.GetGeneration()
+		return w.objects.UpdateStatus(ctx, obj.GetNamespace(), obj.GetName(), func(fresh T) error {
+			if fresh.GetGeneration() != generation {
+				return fmt.Errorf("%s %s/%s: %w", kindOf(obj), obj.GetNamespace(), obj.GetName(), errSpecChanged)
+			}
+			return mutate(fresh)
+		})
 	}
 	return updated, err
 }
+
+// errSpecChanged is the error of a status write whose object's spec changed since it was read:
+// the outcome to write belongs to the old spec.
+var errSpecChanged = errors.New("the spec changed since it was read; the outcome is not written")
 
 // fail records a failure of obj in its status, keeping what else the status holds (the stored
 // tags' scan result, latestRef), and in a Warning event: Ready=False with reason, and
