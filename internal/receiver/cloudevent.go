@@ -128,15 +128,7 @@ func (r *Receiver) scanNow(ctx context.Context, namespace, name string, read *v1
 	r.inFlight.Add(1)
 	r.mu.Unlock()
 	defer r.inFlight.Done()
-	var (
-		out reconcile.ScanOutcome
-		err error
-	)
-	if read != nil {
-		out, err = r.scanner.ScanObject(trace.Copy(r.base, ctx), read, nil)
-	} else {
-		out, err = r.scanner.Scan(trace.Copy(r.base, ctx), namespace, name, nil)
-	}
+	out, err := r.scan(trace.Copy(r.base, ctx), namespace, name, read, nil)
 	res := result{message: describe(out, why), annotated: nil}
 	if err != nil {
 		return res, fmt.Errorf("scanning ImageRepository %s/%s: %w", namespace, name, err)

@@ -140,18 +140,20 @@ func (r *Receiver) scanLater(req context.Context, namespace, name string, read *
 		defer r.inFlight.Done()
 		ctx, cancel := context.WithTimeout(trace.Copy(r.base, req), timeout)
 		defer cancel()
-		var err error
-		if read != nil {
-			_, err = r.scanner.ScanObject(ctx, read, hint)
-		} else {
-			_, err = r.scanner.Scan(ctx, namespace, name, hint)
-		}
-		if err != nil {
+		if _, err := r.scan(ctx, namespace, name, read, hint); err != nil {
 			r.cfg.log.WarnContext(ctx, "background scan failed; the cron reconciler retries it",
 				"namespace", namespace, "name", name, "error", redact.String(err.Error()))
 		}
 	}()
 	return true
+}
+
+// scan scans namespace/name, from read when it is the object as just read or written.
+func (r *Receiver) scan(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *reconcile.Hint) (reconcile.ScanOutcome, error) {
+	if read != nil {
+		return r.scanner.ScanObject(ctx, read, hint)
+	}
+	return r.scanner.Scan(ctx, namespace, name, hint)
 }
 
 // logger returns the configured logger.

@@ -116,22 +116,12 @@ func newPushBench(b *testing.B, tags int) *pushBench {
 // function's count of webhook deliveries has stood still for three seconds.
 func waitNotified(b *testing.B, s *stack.Stack) {
 	b.Helper()
-	deliveries := func() float64 {
+	settleFor(b, 3*time.Second, 10*time.Minute, func() float64 {
 		total := 0.0
 		for _, series := range testenv.Scrape(b, s.Metrics[stack.Scan])["reflector_webhook_requests_total"].GetMetric() {
 			total += series.GetCounter().GetValue()
 		}
 		return total
-	}
-	last, since := deliveries(), time.Now()
-	testenv.Eventually(b, 10*time.Minute, func() error {
-		if n := deliveries(); n != last {
-			last, since = n, time.Now()
-		}
-		if still := time.Since(since); still < 3*time.Second {
-			return fmt.Errorf("%v deliveries, the last %s ago", last, still.Round(time.Millisecond))
-		}
-		return nil
 	})
 }
 
@@ -266,13 +256,19 @@ const settleQuiet = time.Second
 // is done, has stayed the same for settleQuiet.
 func settle(b *testing.B, count func() float64) {
 	b.Helper()
+	settleFor(b, settleQuiet, time.Minute, count)
+}
+
+// settleFor waits, for at most within, until count has stayed the same for quiet.
+func settleFor(b *testing.B, quiet, within time.Duration, count func() float64) {
+	b.Helper()
 	last, since := count(), time.Now()
-	testenv.Eventually(b, time.Minute, func() error {
+	testenv.Eventually(b, within, func() error {
 		if n := count(); n != last {
 			last, since = n, time.Now()
 		}
-		if quiet := time.Since(since); quiet < settleQuiet {
-			return fmt.Errorf("the count was %v, unchanged for only %s", last, quiet.Round(time.Millisecond))
+		if still := time.Since(since); still < quiet {
+			return fmt.Errorf("the count was %v, unchanged for only %s", last, still.Round(time.Millisecond))
 		}
 		return nil
 	})
