@@ -1,6 +1,7 @@
 package function
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -45,6 +46,8 @@ func FromEnv(source string) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A process started for a request opens its connection while it starts serving.
+	go c.Connect(context.Background())
 	sink, err := events.NewSender(os.Getenv("K_SINK"), source, nil)
 	if err != nil {
 		return nil, fmt.Errorf("K_SINK: %w", err)

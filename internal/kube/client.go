@@ -6,6 +6,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,6 +74,19 @@ func New(cfg *rest.Config) (*Client, error) {
 		},
 	}, nil
 }
+
+// Connect opens the connection to the API server ahead of the first request that needs it: a
+// process started for a request then does not pay the TLS handshake on that request's path. It
+// reads /version, which every authenticated client may, for at most connectTimeout; its errors
+// are left to the requests that follow.
+func (c *Client) Connect(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	_ = c.Core.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error()
+}
+
+// connectTimeout bounds Connect.
+const connectTimeout = 10 * time.Second
 
 // Object is an API object of reflector's group.
 type Object interface {
