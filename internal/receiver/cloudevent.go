@@ -58,7 +58,7 @@ func (r *Receiver) HandleCloudEvent(ctx context.Context, e cloudevents.Event) er
 		slog.String("source", e.Source()),
 		slog.String("id", e.ID()),
 		slog.String("result", res.message),
-		slog.String("objects", objectNames(res.annotated)),
+		slog.String("objects", objectNames(res.recorded())),
 		slog.Duration("duration", time.Since(start)),
 	}
 	level := slog.LevelInfo

@@ -28,6 +28,10 @@ import (
 type Scanner interface {
 	Scan(ctx context.Context, namespace, name string, hint *reconcile.Hint) (reconcile.ScanOutcome, error)
 	ScanObject(ctx context.Context, repo *v1.ImageRepository, hint *reconcile.Hint) (reconcile.ScanOutcome, error)
+	// Join adds a request to a scan already collected for the repository when a request
+	// recorded in the object is among its own, and reports whether it did; the caller then
+	// records nothing and scans nothing.
+	Join(ctx context.Context, namespace, name string, hint *reconcile.Hint) bool
 	// Warm readies what the scans need while the delivery is being recorded.
 	Warm()
 }
@@ -94,7 +98,8 @@ type Answer struct {
 	Message string `json:"message"`
 	// DeliveryID is the id the delivery was recognised by, when it got that far.
 	DeliveryID string `json:"deliveryId,omitempty"`
-	// Objects lists the ImageRepositories whose reconcile-request annotation was set.
+	// Objects lists the ImageRepositories whose scan request is recorded: by the
+	// reconcile-request annotation this delivery set, or by the one of a scan it joined.
 	Objects []Object `json:"objects,omitempty"`
 	// TraceID is the trace the delivery belongs to; the log lines of its scans and evaluations
 	// carry it as trace_id.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,9 +28,9 @@ import (
 //
 // A receiver without its token does not exist, and a delivery to it is answered exactly as one
 // with a wrong token (401, the same message), so a sender cannot tell which namespaces are set
-// up. The answers: 202 with the objects annotated; 200 with a reason when the delivery is
-// authentic but nothing matches, it is ignored (a pull, a delete) or it repeats an earlier
-// delivery (the same body, which is what a signature covers, within the dedup window); 400
+// up. The answers: 202 with the objects whose scan is requested; 200 with a reason when the
+// delivery is authentic but nothing matches, it is ignored (a pull, a delete) or it repeats an
+// earlier delivery (the same body, which is what a signature covers, within the dedup window); 400
 // malformed; 401 missing or wrong signature or token, with nothing changed; 404 an unknown
 // provider or path; 405 not POST; 413 over MaxBodyBytes; 429 over the receiver's rate; 500 when
 // the API server fails. Every answer is one
@@ -64,10 +65,18 @@ type result struct {
 	receiver   string
 	deliveryID string
 	annotated  []target
-	err        error
+	// joined are matched targets whose request joined a scan already collected (Scanner.Join):
+	// they are reported, not annotated, and not scanned again.
+	joined []target
+	err    error
 	// skipped is the metric result of an authentic delivery that changed nothing
 	// (metrics.WebhookDeduplicated, metrics.WebhookNoMatch); other results follow from status.
 	skipped string
+}
+
+// recorded returns the targets whose scan request is recorded: annotated, or joined.
+func (res result) recorded() []target {
+	return append(slices.Clip(res.annotated), res.joined...)
 }
 
 // outcome is the result label of the delivery's metric.
@@ -181,6 +190,19 @@ func (r *Receiver) deliver(ctx context.Context, key, namespace string, evs []web
 		res.skipped = metrics.WebhookNoMatch
 		return res.with(http.StatusOK, "no ImageRepository matches "+eventKeys(evs))
 	}
+	// A target whose follow-up scan is already collected, with a request recorded in the
+	// object, takes this request without a patch: a stream of pushes into one repository costs
+	// one patch per scan instead of one per delivery.
+	targets = slices.DeleteFunc(targets, func(t target) bool {
+		if r.scanner.Join(ctx, t.namespace, t.name, t.hint()) {
+			res.joined = append(res.joined, t)
+			return true
+		}
+		return false
+	})
+	if len(targets) == 0 {
+		return res.with(http.StatusAccepted, "accepted")
+	}
 	// The tag store opens while the annotations are written: the scans come next.
 	r.scanner.Warm()
 	res.annotated, err = r.annotate(ctx, targets)
@@ -191,7 +213,7 @@ func (r *Receiver) deliver(ctx context.Context, key, namespace string, evs []web
 		res.err = err
 		return res.with(http.StatusInternalServerError, "cannot record the scan request")
 	}
-	if len(res.annotated) == 0 {
+	if len(res.annotated) == 0 && len(res.joined) == 0 {
 		// Every match was deleted since the listing.
 		res.skipped = metrics.WebhookNoMatch
 		return res.with(http.StatusOK, "no ImageRepository matches "+eventKeys(evs))
@@ -231,7 +253,7 @@ func writeAnswer(ctx context.Context, w http.ResponseWriter, res result) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(res.status)
-	a := Answer{Message: res.message, DeliveryID: res.deliveryID, Objects: objects(res.annotated)}
+	a := Answer{Message: res.message, DeliveryID: res.deliveryID, Objects: objects(res.recorded())}
 	if tc, ok := trace.From(ctx); ok {
 		a.TraceID = tc.TraceIDString()
 	}
@@ -253,7 +275,7 @@ func (r *Receiver) logAnswer(ctx context.Context, kind string, res result, took 
 		slog.String("deliveryId", res.deliveryID),
 		slog.Int("status", res.status),
 		slog.String("reason", res.message),
-		slog.String("objects", objectNames(res.annotated)),
+		slog.String("objects", objectNames(res.recorded())),
 		slog.Duration("duration", took),
 	}
 	if res.err != nil {

@@ -107,6 +107,18 @@ type pending struct {
 	trace context.Context
 	// first and last are when the first and the latest of the collected requests arrived.
 	first, last time.Time
+	// handling is the reconcile-request token of the object the running scan works from, once
+	// it has the object; recorded is the token of a collected request that its object carried
+	// unhandled. See Join.
+	handling, recorded string
+}
+
+// joinable tells whether a request may join the collected ones without recording its own: the
+// follow-up scan has not started, and one of its requests is recorded with a token that the
+// running scan does not handle, so the object keeps that request unhandled until the follow-up
+// scan, which starts after the join, handles it.
+func (p *pending) joinable() bool {
+	return p.requested && p.recorded != "" && p.handling != "" && p.recorded != p.handling
 }
 
 // Scan scans namespace/name. With a hint it may add the pushed tags incrementally; without one
@@ -121,6 +133,45 @@ func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) 
 // of reading the object again. A follow-up scan reads the object afresh.
 func (s *Scanner) ScanObject(ctx context.Context, repo *v1.ImageRepository, hint *Hint) (ScanOutcome, error) {
 	return s.run(ctx, repo.Namespace, repo.Name, repo, hint)
+}
+
+// Join merges a request for namespace/name into the follow-up scan already collected for it,
+// when a request recorded in the object is among those collected (see pending.joinable), and
+// reports whether it did. A joined request needs no record of its own: the follow-up scan starts
+// after the join, and when the process stops before it does, the recorded request that the
+// object still carries unhandled makes the cron reconciler scan. When Join reports false, the
+// caller records the request and calls Scan or ScanObject.
+func (s *Scanner) Join(ctx context.Context, namespace, name string, hint *Hint) bool {
+	s.mu.Lock()
+	p, ok := s.running[StoreKey(namespace, name)]
+	if !ok || !p.joinable() {
+		s.mu.Unlock()
+		return false
+	}
+	s.collect(ctx, p, hint)
+	s.mu.Unlock()
+	s.log().InfoContext(ctx, "scan", "namespace", namespace, "name", name, "skipped", SkippedCoalesced)
+	return true
+}
+
+// collect adds a request to p. s.mu is held.
+func (s *Scanner) collect(ctx context.Context, p *pending, hint *Hint) {
+	// Waits are measured in real time, whatever clock the status is written with.
+	now := time.Now()
+	if !p.requested {
+		p.first = now
+	}
+	p.hint = mergeHints(p.requested, p.hint, hint)
+	p.requested = true
+	p.trace = ctx
+	p.last = now
+}
+
+// handle records, once a scan has its object, the request token that scan handles.
+func (s *Scanner) handle(p *pending, repo *v1.ImageRepository) {
+	s.mu.Lock()
+	p.handling = repo.Annotations[v1.ReconcileRequestAnnotation]
+	s.mu.Unlock()
 }
 
 // Warm readies the tag store for a scan that is about to start (store.Store.Warm): the scan
@@ -139,15 +190,10 @@ func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.Imag
 		s.running = map[string]*pending{}
 	}
 	if p, ok := s.running[key]; ok {
-		// Waits are measured in real time, whatever clock the status is written with.
-		now := time.Now()
-		if !p.requested {
-			p.first = now
+		s.collect(ctx, p, hint)
+		if token := unhandled(read); token != "" {
+			p.recorded = token
 		}
-		p.hint = mergeHints(p.requested, p.hint, hint)
-		p.requested = true
-		p.trace = ctx
-		p.last = now
 		s.mu.Unlock()
 		s.log().InfoContext(ctx, "scan", "namespace", namespace, "name", name, "skipped", SkippedCoalesced)
 		return ScanOutcome{Skipped: SkippedCoalesced}, nil
@@ -157,7 +203,7 @@ func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.Imag
 	s.mu.Unlock()
 
 	for {
-		out, err := s.scan(ctx, namespace, name, read, hint)
+		out, err := s.scan(ctx, namespace, name, read, hint, p)
 		read = nil
 		s.mu.Lock()
 		if p.requested && ctx.Err() == nil && p.hint != nil && s.lists(p.hint, out.TagCount) {
@@ -173,6 +219,7 @@ func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.Imag
 		hint = p.hint
 		ctx = trace.Copy(ctx, p.trace)
 		p.requested, p.hint, p.trace = false, nil, nil
+		p.handling, p.recorded = "", ""
 		s.mu.Unlock()
 	}
 }
@@ -237,6 +284,19 @@ func (s *Scanner) lists(hint *Hint, count int) bool {
 // (registry.DefaultMaxTags) listed at 1,000 tags a page, and the hint keeps only the latest.
 const MaxHintTags = 256
 
+// unhandled returns the reconcile-request token that repo carries and its status does not
+// report handled; "" when there is none or repo is nil.
+func unhandled(repo *v1.ImageRepository) string {
+	if repo == nil {
+		return ""
+	}
+	token := repo.Annotations[v1.ReconcileRequestAnnotation]
+	if token == repo.Status.LastHandledReconcileAt {
+		return ""
+	}
+	return token
+}
+
 // mergeHints joins a waiting request with a new one: a full listing absorbs any hint. Of the
 // tags, the latest MaxHintTags are kept and the others counted.
 func mergeHints(waiting bool, a, b *Hint) *Hint {
@@ -273,7 +333,7 @@ func (s *Scanner) log() *slog.Logger {
 	return slog.Default()
 }
 
-func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint) (out ScanOutcome, err error) {
+func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint, p *pending) (out ScanOutcome, err error) {
 	start := s.now()
 	key := StoreKey(namespace, name)
 	var repo *v1.ImageRepository
@@ -327,6 +387,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		return out, fmt.Errorf("reading ImageRepository %s: %w", key, err)
 	}
 	repo = got
+	s.handle(p, repo)
 	if !repo.DeletionTimestamp.IsZero() {
 		return s.finalize(ctx, repo)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -318,5 +319,78 @@ func TestScanIntegrationCoalescing(t *testing.T) {
 	}
 	if coalesced < 48 {
 		t.Errorf("%d of 50 requests coalesced", coalesced)
+	}
+}
+
+// A request joins a collected follow-up scan without a record of its own only when a request
+// recorded in the object, and not the one the running scan handles, is among those collected;
+// the follow-up then scans the joined request's tag.
+func TestScanIntegrationJoin(t *testing.T) {
+	f := newScanFixture(t)
+	ctx := context.Background()
+	f.reg.Push(t, "join", "1.0.0")
+	f.createRepo(t, "join")
+	pushed := &reconcile.Hint{Tags: []string{"1.1.0"}}
+	if f.scanner.Join(ctx, f.ns, "join", pushed) {
+		t.Fatal("joined with no scan running")
+	}
+	annotate := func(token string) *v1.ImageRepository {
+		t.Helper()
+		obj, err := f.kube.Repositories.RequestReconcile(ctx, f.ns, "join", token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obj
+	}
+	release := make(chan struct{})
+	f.reg.Inject(testenv.RegistryHeld(release).On("/tags/list"))
+	first := annotate("first")
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.scanner.ScanObject(ctx, first, nil)
+		done <- err
+	}()
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if f.reg.RequestCount() == 0 {
+			return errors.New("the scan has not reached the registry")
+		}
+		return nil
+	})
+
+	// The only recorded request collected is the one the running scan handles: once that scan
+	// writes it handled, nothing would remind the cron reconciler of a joined request.
+	if out, err := f.scanner.ScanObject(ctx, first, nil); err != nil || out.Skipped != reconcile.SkippedCoalesced {
+		t.Fatalf("%+v, %v", out, err)
+	}
+	if f.scanner.Join(ctx, f.ns, "join", pushed) {
+		t.Error("joined a follow-up whose only recorded request is the running scan's")
+	}
+
+	// A request recorded after the running scan read its object keeps the object unhandled
+	// until the follow-up scan.
+	if out, err := f.scanner.ScanObject(ctx, annotate("second"), nil); err != nil || out.Skipped != reconcile.SkippedCoalesced {
+		t.Fatalf("%+v, %v", out, err)
+	}
+	f.reg.Push(t, "join", "1.1.0")
+	if !f.scanner.Join(ctx, f.ns, "join", pushed) {
+		t.Fatal("did not join a follow-up with a request recorded in the object")
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	repo := f.get(t, "join")
+	if got := repo.Status.LastHandledReconcileAt; got != "second" {
+		t.Errorf("lastHandledReconcileAt %q, want the follow-up's second", got)
+	}
+	entry, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, "join"), identity(t, repo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(entry.Tags, "1.1.0") {
+		t.Errorf("stored tags %v lack the joined request's 1.1.0", entry.Tags)
+	}
+	if f.scanner.Join(ctx, f.ns, "join", pushed) {
+		t.Error("joined after every scan ended")
 	}
 }

@@ -243,6 +243,8 @@ type RegistryFault struct {
 	Path string
 	// Delay is how long to wait before answering.
 	Delay time.Duration
+	// Hold, when not nil, holds the answer until it is closed (after Delay).
+	Hold <-chan struct{}
 	// Status is the status of the canned answer; 0 lets the registry answer after Delay.
 	Status int
 	// Header is added to the canned answer.
@@ -291,6 +293,11 @@ func RegistryMalformedJSON() RegistryFault {
 // RegistrySlow delays the registry's own answer by d, or until the client gives up.
 func RegistrySlow(d time.Duration) RegistryFault {
 	return RegistryFault{Delay: d}
+}
+
+// RegistryHeld holds the registry's own answer until release is closed, or the client gives up.
+func RegistryHeld(release <-chan struct{}) RegistryFault {
+	return RegistryFault{Hold: release}
 }
 
 func registryErrorFault(status int, code, message string) RegistryFault {
@@ -373,6 +380,13 @@ func (r *Registry) inject(next http.Handler) http.Handler {
 			defer timer.Stop()
 			select {
 			case <-timer.C:
+			case <-req.Context().Done():
+				return
+			}
+		}
+		if f.Hold != nil {
+			select {
+			case <-f.Hold:
 			case <-req.Context().Done():
 				return
 			}
