@@ -73,15 +73,17 @@ func New(cfg *rest.Config) (*Client, error) {
 		}
 		builtin.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(builtin.QPS, builtin.Burst)
 	}
-	core, err := restClient(&builtin, hc, "/api", corev1.SchemeGroupVersion)
+	// Scheme encodes and decodes, without conversion between versions.
+	codecs := serializer.NewCodecFactory(Scheme).WithoutConversion()
+	core, err := restClient(&builtin, hc, codecs, "/api", corev1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err
 	}
-	authn, err := restClient(&builtin, hc, "/apis", authnv1.SchemeGroupVersion)
+	authn, err := restClient(&builtin, hc, codecs, "/apis", authnv1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err
 	}
-	own, err := restClient(cfg, hc, "/apis", v1.GroupVersion)
+	own, err := restClient(cfg, hc, codecs, "/apis", v1.GroupVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -122,8 +124,8 @@ func New(cfg *rest.Config) (*Client, error) {
 	}, nil
 }
 
-// restClient returns a REST client of one API group version, which Scheme encodes and decodes.
-func restClient(cfg *rest.Config, hc *http.Client, apiPath string, gv schema.GroupVersion) (*rest.RESTClient, error) {
+// restClient returns a REST client of one API group version.
+func restClient(cfg *rest.Config, hc *http.Client, codecs runtime.NegotiatedSerializer, apiPath string, gv schema.GroupVersion) (*rest.RESTClient, error) {
 	c := *cfg
 	c.GroupVersion = &gv
 	c.APIPath = apiPath
@@ -133,9 +135,6 @@ func restClient(cfg *rest.Config, hc *http.Client, apiPath string, gv schema.Gro
 	}
 	return rest.RESTClientForConfigAndClient(&c, hc)
 }
-
-// codecs encodes and decodes the types of Scheme, without conversion between versions.
-var codecs = serializer.NewCodecFactory(Scheme).WithoutConversion()
 
 // Connect opens the connection to the API server ahead of the first request that needs it: a
 // process started for a request then does not pay the TLS handshake on that request's path. It
