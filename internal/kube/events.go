@@ -91,21 +91,22 @@ func (r *Recorder) Shutdown() {
 // eventSink is where client-go's broadcaster writes Events: each call goes to the Events of the
 // Event's own namespace. Its errors are the REST client's, unwrapped: the broadcaster tells by
 // their type (*errors.StatusError) whether to retry, and whether a patch of an Event that no
-// longer exists should create it anew.
+// longer exists should create it anew. The broadcaster passes no context, as to client-go's
+// own sink: only the REST client's timeout, when it has one, bounds a call.
 type eventSink struct {
 	rest rest.Interface
 }
 
 var _ record.EventSink = eventSink{}
 
-// The broadcaster passes no context; the REST client's timeout bounds each call.
-
+// Create writes a new Event.
 func (s eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
 	out := &corev1.Event{}
 	err := s.rest.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(context.Background()).Into(out)
 	return out, err
 }
 
+// Update replaces an Event the broadcaster wrote before.
 func (s eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
 	out := &corev1.Event{}
 	err := s.rest.Put().Namespace(e.Namespace).Resource("events").Name(e.Name).Body(e).
