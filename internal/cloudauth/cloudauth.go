@@ -167,8 +167,8 @@ func FromEnv() (*Authenticator, error) {
 
 // Login returns the credentials for registry host of an ImageRepository in namespace with
 // provider ("aws", "azure" or "gcp") and spec.serviceAccountName serviceAccount (may be empty).
-// kube issues ServiceAccount tokens; it is used only for object-level identity. The error is an
-// *Error.
+// kc reads the ServiceAccount and issues its tokens; it is used only for object-level identity.
+// The error is an *Error.
 func (a *Authenticator) Login(ctx context.Context, kc *kube.Client, provider, namespace, serviceAccount, host string) (authn.AuthConfig, error) {
 	cl, ok := clouds[provider]
 	if !ok {

@@ -36,7 +36,7 @@ type Scan struct {
 }
 
 // Prepare checks obj's spec, reads the Secrets and ServiceAccount it refers to from its
-// namespace through kube (which may be nil when it refers to none), logs in to the cloud of a
+// namespace through kc (which may be nil when it refers to none), logs in to the cloud of a
 // provider other than generic, and pings the registry with the resulting credentials, TLS and
 // proxy settings, unless a recent scan of the same repository with the same credentials left
 // a session to reuse (see DefaultSessionTTL). The error is an *Error: an invalid image, a provider that does not serve the
