@@ -110,7 +110,7 @@ func FromEnv() (*Deps, error) {
 		Registry: registry.New(registry.WithCloudAuth(cloud)),
 		Store:    store.New(env.StoreDir, store.ReadOnly()),
 		Sink:     env.Sink,
-		Recorder: kube.NewRecorder(env.Kube.Core, "reflector-policy", kube.PostingTo(env.FluxEvents)),
+		Recorder: kube.NewRecorder(env.Kube, "reflector-policy", kube.PostingTo(env.FluxEvents)),
 		Senders:  env.Senders,
 	}, nil
 }

@@ -50,7 +50,7 @@ func newFunction(t *testing.T) *function {
 	dir := t.TempDir()
 	h := policy.NewHandler(&policy.Deps{
 		Kube: c, Registry: registry.New(), Store: store.New(dir, store.ReadOnly()),
-		Recorder: kube.NewRecorder(c.Core, "reflector-policy"),
+		Recorder: kube.NewRecorder(c, "reflector-policy"),
 		Log:      slog.New(slog.NewJSONHandler(io.Discard, nil)),
 	})
 	srv := httptest.NewServer(h)

@@ -94,10 +94,10 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 	c := env.Client(t)
 	ns := env.Namespace(t)
 	ctx := context.Background()
-	if _, err := c.Core.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+	if _, err := c.Secrets.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: receiver.SecretName},
 		Data:       map[string][]byte{receiver.SecretKey: []byte(token)},
-	}, metav1.CreateOptions{}); err != nil {
+	}); err != nil {
 		t.Fatal(err)
 	}
 	reg := testenv.NewRegistry(t)

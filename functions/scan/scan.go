@@ -149,7 +149,7 @@ func FromEnv() (*Deps, error) {
 		Registry: registry.New(registry.WithCloudAuth(cloud)),
 		Store:    store.New(env.StoreDir),
 		Sink:     env.Sink,
-		Recorder: kube.NewRecorder(env.Kube.Core, "reflector-scan", kube.PostingTo(env.FluxEvents)),
+		Recorder: kube.NewRecorder(env.Kube, "reflector-scan", kube.PostingTo(env.FluxEvents)),
 		Receiver: opts,
 		Senders:  env.Senders,
 	}, nil

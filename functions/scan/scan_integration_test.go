@@ -56,7 +56,7 @@ func newFunction(t *testing.T) *function {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: receiver.SecretName},
 		Data:       map[string][]byte{receiver.SecretKey: []byte(token)},
 	}
-	if _, err := c.Core.CoreV1().Secrets(ns).Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
+	if _, err := c.Secrets.Create(context.Background(), secret); err != nil {
 		t.Fatal(err)
 	}
 	h := scan.NewHandler(&scan.Deps{

@@ -31,10 +31,9 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/kube"
 )
 
 // ObjectLevelWorkloadIdentity is the name of the feature gate that lets an ImageRepository with a
@@ -168,9 +167,9 @@ func FromEnv() (*Authenticator, error) {
 
 // Login returns the credentials for registry host of an ImageRepository in namespace with
 // provider ("aws", "azure" or "gcp") and spec.serviceAccountName serviceAccount (may be empty).
-// kube issues ServiceAccount tokens; it is used only for object-level identity. The error is an
-// *Error.
-func (a *Authenticator) Login(ctx context.Context, kube kubernetes.Interface, provider, namespace, serviceAccount, host string) (authn.AuthConfig, error) {
+// kc reads the ServiceAccount and issues its tokens; it is used only for object-level identity.
+// The error is an *Error.
+func (a *Authenticator) Login(ctx context.Context, kc *kube.Client, provider, namespace, serviceAccount, host string) (authn.AuthConfig, error) {
 	cl, ok := clouds[provider]
 	if !ok {
 		return authn.AuthConfig{}, &Error{Reason: v1.UnsupportedProviderReason, Err: fmt.Errorf(
@@ -180,7 +179,7 @@ func (a *Authenticator) Login(ctx context.Context, kube kubernetes.Interface, pr
 	if err != nil {
 		return authn.AuthConfig{}, &Error{Reason: v1.UnsupportedProviderReason, Err: err}
 	}
-	id, err := a.identity(ctx, kube, cl, namespace, serviceAccount)
+	id, err := a.identity(ctx, kc, cl, namespace, serviceAccount)
 	if err != nil {
 		return authn.AuthConfig{}, err
 	}
@@ -249,7 +248,7 @@ var clouds = map[string]*cloud{
 
 // identity is who logs in: the controller (account nil) or a ServiceAccount.
 type identity struct {
-	kube    kubernetes.Interface
+	kube    *kube.Client
 	account *corev1.ServiceAccount
 	// defaulted tells that the account is the default ServiceAccount, not the object's own.
 	defaulted bool
@@ -290,10 +289,10 @@ func (id *identity) annotation(name, what string) (string, error) {
 // token returns a token for the ServiceAccount from the apiserver's TokenRequest.
 func (id *identity) token(ctx context.Context, audience string) (string, error) {
 	expiry := int64(time.Hour / time.Second)
-	tr, err := id.kube.CoreV1().ServiceAccounts(id.account.Namespace).CreateToken(ctx, id.account.Name,
+	tr, err := id.kube.ServiceAccounts.CreateToken(ctx, id.account.Namespace, id.account.Name,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 			Audiences: []string{audience}, ExpirationSeconds: &expiry,
-		}}, metav1.CreateOptions{})
+		}})
 	if err != nil {
 		hint := ""
 		if apierrors.IsForbidden(err) {
@@ -306,8 +305,8 @@ func (id *identity) token(ctx context.Context, audience string) (string, error) 
 
 // identity decides who logs in for an object: its ServiceAccount, the default one, or the
 // controller.
-func (a *Authenticator) identity(ctx context.Context, kube kubernetes.Interface, cl *cloud, namespace, name string) (*identity, error) {
-	id := &identity{kube: kube, cloud: cl}
+func (a *Authenticator) identity(ctx context.Context, kc *kube.Client, cl *cloud, namespace, name string) (*identity, error) {
+	id := &identity{kube: kc, cloud: cl}
 	if name == "" && a.defaultAccount != "" {
 		name, id.defaulted = a.defaultAccount, true
 	}
@@ -324,10 +323,10 @@ func (a *Authenticator) identity(ctx context.Context, kube kubernetes.Interface,
 			"spec.serviceAccountName %q with provider %s needs object-level workload identity, which is disabled: enable the feature gate %s (REFLECTOR_FEATURE_GATES=%s=true) or remove spec.serviceAccountName to use the scan function's own identity",
 			name, cl.name, ObjectLevelWorkloadIdentity, ObjectLevelWorkloadIdentity)}
 	}
-	if kube == nil {
+	if kc == nil {
 		return nil, failed("serviceaccount %s/%s cannot be read: no Kubernetes client", namespace, name)
 	}
-	sa, err := kube.CoreV1().ServiceAccounts(namespace).Get(ctx, name, metav1.GetOptions{})
+	sa, err := kc.ServiceAccounts.Get(ctx, namespace, name)
 	if apierrors.IsNotFound(err) {
 		field := "spec.serviceAccountName"
 		if id.defaulted {

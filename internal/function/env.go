@@ -54,7 +54,7 @@ func FromEnv(source string) (*Env, error) {
 	}
 	env := &Env{StoreDir: dir, Kube: c, Sink: sink}
 	if aud := strings.TrimSpace(os.Getenv("REFLECTOR_OIDC_AUDIENCE")); aud != "" {
-		env.Senders = tokenreview.New(c.Core, aud,
+		env.Senders = tokenreview.New(c, aud,
 			tokenreview.WithNamespaces(strings.Split(os.Getenv("REFLECTOR_OIDC_NAMESPACES"), ",")...))
 	} else if os.Getenv("REFLECTOR_OIDC_NAMESPACES") != "" {
 		return nil, errors.New("REFLECTOR_OIDC_NAMESPACES needs REFLECTOR_OIDC_AUDIENCE")

@@ -1,11 +1,13 @@
 package kube
 
 import (
+	"context"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/tools/reference"
 
@@ -31,10 +33,10 @@ func PostingTo(p *fluxevent.Poster) RecorderOption {
 	return func(r *Recorder) { r.poster = p }
 }
 
-// NewRecorder returns a Recorder that writes Events as component.
-func NewRecorder(core kubernetes.Interface, component string, opts ...RecorderOption) *Recorder {
+// NewRecorder returns a Recorder that writes Events through c as component.
+func NewRecorder(c *Client, component string, opts ...RecorderOption) *Recorder {
 	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: core.CoreV1().Events("")})
+	b.StartRecordingToSink(eventSink{rest: c.core})
 	r := &Recorder{
 		broadcaster: b,
 		recorder:    b.NewRecorder(Scheme, corev1.EventSource{Component: component}),
@@ -84,4 +86,39 @@ func (r *Recorder) Shutdown() {
 		r.broadcaster.Shutdown()
 		r.poster.Close()
 	}
+}
+
+// eventSink is where client-go's broadcaster writes Events: each call goes to the Events of the
+// Event's own namespace. Its errors are the REST client's, unwrapped: the broadcaster tells by
+// their type (*errors.StatusError) whether to retry, and whether a patch of an Event that no
+// longer exists should create it anew. The broadcaster passes no context, as to client-go's
+// own sink: only the REST client's timeout, when it has one, bounds a call.
+type eventSink struct {
+	rest rest.Interface
+}
+
+var _ record.EventSink = eventSink{}
+
+// Create writes a new Event.
+func (s eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	err := s.rest.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(context.Background()).Into(out)
+	return out, err
+}
+
+// Update replaces an Event the broadcaster wrote before.
+func (s eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	err := s.rest.Put().Namespace(e.Namespace).Resource("events").Name(e.Name).Body(e).
+		Do(context.Background()).Into(out)
+	return out, err
+}
+
+// Patch applies the broadcaster's strategic merge patch (a new count, message and last time) to
+// the Event it wrote before.
+func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	err := s.rest.Patch(types.StrategicMergePatchType).Namespace(e.Namespace).Resource("events").
+		Name(e.Name).Body(data).Do(context.Background()).Into(out)
+	return out, err
 }

@@ -20,7 +20,7 @@ func eventsOf(t *testing.T, c *kube.Client, ns string) (objects, total int) {
 	t.Helper()
 	last, changed := -1, time.Now()
 	testenv.Eventually(t, 10*time.Second, func() error {
-		list, err := c.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		list, err := c.Events.List(context.Background(), ns, metav1.ListOptions{})
 		if err != nil {
 			return err
 		}
@@ -48,7 +48,7 @@ func TestRecorderIntegrationAggregatesRepeats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := kube.NewRecorder(c.Core, "reflector-test")
+	rec := kube.NewRecorder(c, "reflector-test")
 	t.Cleanup(rec.Shutdown)
 	for range 60 {
 		rec.Warning(repo, "ReadOperationFailed", "GET https://ghcr.io/v2/org/app/tags/list: 503 Service Unavailable")
@@ -70,7 +70,7 @@ func TestRecorderIntegrationCombinesSimilar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := kube.NewRecorder(c.Core, "reflector-test")
+	rec := kube.NewRecorder(c, "reflector-test")
 	t.Cleanup(rec.Shutdown)
 	for i := range 60 {
 		rec.Warning(repo, "ReadOperationFailed", fmt.Sprintf("request %d: 503 Service Unavailable", i))
@@ -92,14 +92,14 @@ func TestRecorderIntegrationHidesURLUserinfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := kube.NewRecorder(c.Core, "reflector-test")
+	rec := kube.NewRecorder(c, "reflector-test")
 	rec.Warning(repo, "ReadOperationFailed", `Get "http://u:planted-password@127.0.0.1:1/v2/": EOF`)
 	rec.Normal(repo, "Succeeded", "sink socks5://u:planted-password@127.0.0.1:1080")
 	// Shutting the recorder down may drop what it has not sent yet: wait for both first.
 	defer rec.Shutdown()
 	var messages []string
 	testenv.Eventually(t, 10*time.Second, func() error {
-		list, err := c.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		list, err := c.Events.List(context.Background(), ns, metav1.ListOptions{})
 		if err != nil {
 			return err
 		}
@@ -128,12 +128,12 @@ func TestRecorderIntegrationCarriesEventAnnotations(t *testing.T) {
 		t.Fatal(err)
 	}
 	repo.Annotations = map[string]string{"event.toolkit.fluxcd.io/team": "platform", "example.com/other": "x"}
-	rec := kube.NewRecorder(c.Core, "reflector-test")
+	rec := kube.NewRecorder(c, "reflector-test")
 	defer rec.Shutdown()
 	rec.Normal(repo, "Succeeded", "successful scan: found 1 tags")
 	var events []corev1.Event
 	testenv.Eventually(t, 10*time.Second, func() error {
-		list, err := c.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		list, err := c.Events.List(context.Background(), ns, metav1.ListOptions{})
 		if err != nil {
 			return err
 		}

@@ -119,7 +119,7 @@ func (f *fixture) namespace(t testing.TB, token string) string {
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: receiver.SecretName},
 			Data:       map[string][]byte{receiver.SecretKey: []byte(token)},
 		}
-		if _, err := f.kube.Core.CoreV1().Secrets(ns).Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
+		if _, err := f.kube.Secrets.Create(context.Background(), s); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -91,7 +91,7 @@ func WithSecretTTL(d time.Duration) Option {
 	return func(c *config) { c.secretTTL = d }
 }
 
-// WithPageSize sets the limit of each ImageRepository list call.
+// WithPageSize sets the limit of each list call, of ImageRepositories and of receiver Secrets.
 func WithPageSize(n int64) Option {
 	return func(c *config) {
 		if n > 0 {

@@ -68,7 +68,7 @@ func New(c *kube.Client, s Scanner, opts ...Option) *Receiver {
 		scanner: s,
 		cfg:     cfg,
 		repos:   newCatalog(c, cfg.matchTTL, cfg.pageSize, cfg.now),
-		secrets: newReceivers(c.Core, cfg.secretTTL, cfg.pageSize, cfg.now),
+		secrets: newReceivers(c, cfg.secretTTL, cfg.pageSize, cfg.now),
 		decoy:   decoySecret(),
 		limits:  newLimiters(cfg.rate, cfg.burst),
 		seen:    newDedup(cfg.dedupWindow, cfg.dedupSize),

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/imagereflector/reflector/internal/kube"
 )
 
 // receivers knows which namespaces have a receiver, and their tokens, from one listing of the
@@ -18,7 +20,7 @@ import (
 // probes, the apiserver sees one list a period, and a namespace without a receiver costs nothing
 // more than one with one. A failed listing is not remembered.
 type receivers struct {
-	core     kubernetes.Interface
+	kube     *kube.Client
 	ttl      time.Duration
 	pageSize int64
 	now      func() time.Time
@@ -35,8 +37,8 @@ type secretListing struct {
 	tokens map[string][]byte
 }
 
-func newReceivers(core kubernetes.Interface, ttl time.Duration, pageSize int64, now func() time.Time) *receivers {
-	return &receivers{core: core, ttl: ttl, pageSize: pageSize, now: now}
+func newReceivers(kc *kube.Client, ttl time.Duration, pageSize int64, now func() time.Time) *receivers {
+	return &receivers{kube: kc, ttl: ttl, pageSize: pageSize, now: now}
 }
 
 // token returns the token of namespace's receiver, nil when the namespace has none.
@@ -77,18 +79,16 @@ func (c *receivers) token(ctx context.Context, namespace string) ([]byte, error)
 func (c *receivers) list(ctx context.Context) (map[string][]byte, error) {
 	tokens := map[string][]byte{}
 	opts := metav1.ListOptions{FieldSelector: "metadata.name=" + SecretName, Limit: c.pageSize}
-	for {
-		page, err := c.core.CoreV1().Secrets("").List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("listing the %s Secrets: %w", SecretName, err)
-		}
+	err := c.kube.Secrets.Pages(ctx, "", opts, func(page *corev1.SecretList) error {
 		for _, s := range page.Items {
 			if t := s.Data[SecretKey]; len(t) > 0 {
 				tokens[s.Namespace] = t
 			}
 		}
-		if opts.Continue = page.Continue; opts.Continue == "" {
-			return tokens, nil
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the %s Secrets: %w", SecretName, err)
 	}
+	return tokens, nil
 }

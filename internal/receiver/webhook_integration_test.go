@@ -240,3 +240,23 @@ func waitHandled(t testing.TB, f *fixture, ns, name, token string) {
 		return nil
 	})
 }
+
+// TestWebhookIntegrationReceiversAcrossPages: the listing of the receivers' Secrets follows the
+// apiserver's continue tokens, so a receiver on any page opens.
+func TestWebhookIntegrationReceiversAcrossPages(t *testing.T) {
+	f := newFixture(t, receiver.WithPageSize(1), receiver.WithRateLimit(rate.Inf, 0))
+	tokens := map[string]string{}
+	for i := range 3 {
+		tok := fmt.Sprintf("page-t0ken-%d", i)
+		tokens[f.namespace(t, tok)] = tok
+	}
+	body := []byte(`{"image":"ghcr.io/example/none","tag":"v1"}`)
+	for ns, tok := range tokens {
+		if code, a := f.send(t, signed("generic", "/hook/generic/"+ns, tok, body)); code != http.StatusOK {
+			t.Errorf("receiver of %s: %d %+v", ns, code, a)
+		}
+		if code, _ := f.send(t, signed("generic", "/hook/generic/"+ns, "wrong", body)); code != http.StatusUnauthorized {
+			t.Errorf("receiver of %s with a wrong token: %d", ns, code)
+		}
+	}
+}

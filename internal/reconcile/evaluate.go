@@ -290,7 +290,7 @@ func (e *Evaluator) digest(ctx context.Context, pol *v1.ImagePolicy, repo *v1.Im
 			return old.Digest, nil
 		}
 	}
-	scan, err := e.Registry.Prepare(ctx, e.Kube.Core, repo)
+	scan, err := e.Registry.Prepare(ctx, e.Kube, repo)
 	if err != nil {
 		return "", err
 	}

@@ -52,7 +52,7 @@ func newEvalFixture(t testing.TB) *evalFixture {
 		env: env, ns: env.Namespace(t), dir: dir, kube: c,
 		writer: store.New(dir, store.WithLinger(0)),
 		reader: store.New(dir, store.ReadOnly()),
-		rec:    kube.NewRecorder(c.Core, "reflector-policy"),
+		rec:    kube.NewRecorder(c, "reflector-policy"),
 		sink:   newLatestSink(t, http.StatusAccepted),
 		logs:   &testenv.LogBuffer{},
 		ids:    map[string]store.Identity{},
@@ -180,7 +180,7 @@ func (f *evalFixture) evaluate(t testing.TB, ns, name string) reconcile.PolicyOu
 func (f *evalFixture) waitEvent(t testing.TB, ns, name, typ, reason, msg string) {
 	t.Helper()
 	testenv.Eventually(t, 10*time.Second, func() error {
-		list, err := f.kube.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+		list, err := f.kube.Events.List(context.Background(), ns, metav1.ListOptions{
 			FieldSelector: "involvedObject.name=" + name,
 		})
 		if err != nil {

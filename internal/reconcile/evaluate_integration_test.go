@@ -200,7 +200,7 @@ func TestEvaluateIntegrationCrossNamespace(t *testing.T) {
 
 	// Relabelling the namespace grants access on the next evaluation.
 	patch := []byte(`{"metadata":{"labels":{"team":"blue"}}}`)
-	if _, err := f.kube.Core.CoreV1().Namespaces().Patch(ctx, red, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := f.kube.Namespaces.Patch(ctx, "", red, types.MergePatchType, patch); err != nil {
 		t.Fatal(err)
 	}
 	if out := f.evaluate(t, red, "blue-only"); out.Result != reconcile.PolicySucceeded {

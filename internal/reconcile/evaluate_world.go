@@ -111,7 +111,7 @@ func (w *policyWorld) prefetch(ctx context.Context, namespace, name string) {
 
 func (w *policyWorld) namespaceLabels(ctx context.Context, namespace string) (labels.Set, error) {
 	return load(w, w.namespaces, namespace, func() (labels.Set, error) {
-		ns, err := w.e.Kube.Core.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+		ns, err := w.e.Kube.Namespaces.Get(ctx, "", namespace)
 		if err != nil {
 			return nil, err
 		}

@@ -263,7 +263,7 @@ func TestFinalizerIntegrationFluxObjects(t *testing.T) {
 	if n := strings.Count(f.logs.String(), fmt.Sprintf(`"finalizer_removed":%q`, v1.ImageFinalizer)); n != 5 {
 		t.Errorf("%d log lines tell of a removal, want 5: %s", n, f.logs)
 	}
-	list, err := f.kube.Core.CoreV1().Events(f.ns).List(ctx, metav1.ListOptions{})
+	list, err := f.kube.Events.List(ctx, f.ns, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func (r *fluxReceiver) recorder(t *testing.T, c *kube.Client, component string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := kube.NewRecorder(c.Core, component, kube.PostingTo(p))
+	rec := kube.NewRecorder(c, component, kube.PostingTo(p))
 	t.Cleanup(rec.Shutdown)
 	return rec
 }
@@ -239,7 +239,7 @@ func TestFluxEventsIntegrationDownReceiverBlocksNoScan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := kube.NewRecorder(f.kube.Core, "reflector-scan", kube.PostingTo(p))
+	rec := kube.NewRecorder(f.kube, "reflector-scan", kube.PostingTo(p))
 	t.Cleanup(rec.Shutdown)
 	f.scanner.Recorder = rec
 	f.reg.Push(t, "app", "1.0.0")

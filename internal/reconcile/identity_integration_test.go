@@ -156,13 +156,13 @@ func TestIdentityIntegrationImageEditedScanFails(t *testing.T) {
 	f.checkWaits(t, old)
 
 	auth := base64.StdEncoding.EncodeToString([]byte("robot:s3cret"))
-	_, err := f.kube.Core.CoreV1().Secrets(f.ns).Create(ctx, &corev1.Secret{
+	_, err := f.kube.Secrets.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "locked"},
 		Type:       corev1.SecretTypeDockerConfigJson,
 		Data: map[string][]byte{
 			corev1.DockerConfigJsonKey: fmt.Appendf(nil, `{"auths":{%q:{"auth":%q}}}`, locked.Host(), auth),
 		},
-	}, metav1.CreateOptions{})
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

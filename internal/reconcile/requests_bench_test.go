@@ -86,7 +86,7 @@ func benchRequestsPerPush(b *testing.B, n int) {
 
 		before = reg.RequestCount()
 		start := time.Now()
-		sc, err := client.Prepare(ctx, c.Core, repo)
+		sc, err := client.Prepare(ctx, c, repo)
 		if err != nil {
 			b.Fatal(err)
 		}

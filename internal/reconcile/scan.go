@@ -401,7 +401,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		return s.fail(ctx, repo, token, v1.ImageURLInvalidReason, true, err)
 	}
 	canonical := id.Image
-	sc, err := s.Registry.Prepare(ctx, s.Kube.Core, repo)
+	sc, err := s.Registry.Prepare(ctx, s.Kube, repo)
 	if err != nil {
 		return s.fail(ctx, repo, token, registry.Reason(err), registry.Stalled(err), err)
 	}

@@ -49,7 +49,7 @@ func TestScanIntegrationKeepsSecretsOut(t *testing.T) {
 	secret := func(name string, typ corev1.SecretType, data map[string]string) {
 		t.Helper()
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Type: typ, StringData: data}
-		if _, err := c.Core.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		if _, err := c.Secrets.Create(ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -83,7 +83,7 @@ func TestScanIntegrationKeepsSecretsOut(t *testing.T) {
 	}
 
 	var logs testenv.LogBuffer
-	rec := kube.NewRecorder(c.Core, "reflector-scan")
+	rec := kube.NewRecorder(c, "reflector-scan")
 	shutdown := sync.OnceFunc(rec.Shutdown)
 	t.Cleanup(shutdown)
 	// The sink's URL carries a password too; announcing the one scan that succeeds fails and
@@ -237,7 +237,7 @@ func waitWarnings(t *testing.T, c *kube.Client, ns string, n int) string {
 	var list *corev1.EventList
 	testenv.Eventually(t, 10*time.Second, func() error {
 		var err error
-		if list, err = c.Core.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{}); err != nil {
+		if list, err = c.Events.List(context.Background(), ns, metav1.ListOptions{}); err != nil {
 			return err
 		}
 		warnings := 0

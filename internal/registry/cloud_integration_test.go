@@ -13,10 +13,10 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/cloudauth"
+	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
@@ -31,15 +31,16 @@ const (
 
 // cloudFixture is the apiserver, the cloud fakes and a namespace for one test.
 type cloudFixture struct {
-	kube   kubernetes.Interface
+	kube   *kube.Client
 	ns     string
 	clouds *testenv.Clouds
 }
 
 func newCloudFixture(t *testing.T) *cloudFixture {
 	t.Helper()
-	kc, ns := kube(t)
-	c := testenv.NewClouds(t, kc)
+	env := testenv.Kube(t)
+	kc, ns := env.Client(t), env.Namespace(t)
+	c := testenv.NewClouds(t, env.Clientset())
 	c.Setenv(t)
 	for _, reg := range []*testenv.Registry{c.ECR, c.ACR, c.GAR} {
 		reg.Push(t, "team/app", "1.0.0", "1.1.0")
@@ -57,7 +58,7 @@ func (f *cloudFixture) client(opts ...cloudauth.Option) (*registry.Client, *clou
 func (f *cloudFixture) serviceAccount(t *testing.T, name string, annotations map[string]string) {
 	t.Helper()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Annotations: annotations}}
-	if _, err := f.kube.CoreV1().ServiceAccounts(f.ns).Create(context.Background(), sa, metav1.CreateOptions{}); err != nil {
+	if _, err := f.kube.ServiceAccounts.Create(context.Background(), sa); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -66,8 +67,8 @@ func (f *cloudFixture) serviceAccount(t *testing.T, name string, annotations map
 // projects one into a pod.
 func (f *cloudFixture) tokenFile(t *testing.T, name, audience string) string {
 	t.Helper()
-	tr, err := f.kube.CoreV1().ServiceAccounts(f.ns).CreateToken(context.Background(), name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}}}, metav1.CreateOptions{})
+	tr, err := f.kube.ServiceAccounts.CreateToken(context.Background(), f.ns, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
@@ -19,7 +19,7 @@ import (
 func TestIntegrationCredentials(t *testing.T) {
 	reg := testenv.NewRegistry(t, testenv.RegistryBasicAuth("robot", "s3cret"))
 	reg.Push(t, "app", "v1", "v2")
-	kc, ns := kube(t)
+	kc, ns := apiserver(t)
 
 	createSecret(t, kc, ns, "pull", corev1.SecretTypeDockerConfigJson, dockerConfig(reg.Host(), "robot", "s3cret"))
 	createSecret(t, kc, ns, "pull-as-url", corev1.SecretTypeDockerConfigJson, dockerConfig("https://"+reg.Host()+"/v1/", "robot", "s3cret"))
@@ -84,13 +84,13 @@ func TestIntegrationCredentials(t *testing.T) {
 }
 
 // createServiceAccount creates a ServiceAccount in ns with the given image pull secrets.
-func createServiceAccount(t *testing.T, kc kubernetes.Interface, ns, name string, pullSecrets ...string) {
+func createServiceAccount(t *testing.T, kc *kube.Client, ns, name string, pullSecrets ...string) {
 	t.Helper()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
 	for _, s := range pullSecrets {
 		sa.ImagePullSecrets = append(sa.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
 	}
-	if _, err := kc.CoreV1().ServiceAccounts(ns).Create(context.Background(), sa, metav1.CreateOptions{}); err != nil {
+	if _, err := kc.ServiceAccounts.Create(context.Background(), sa); err != nil {
 		t.Fatalf("creating serviceaccount %s/%s: %v", ns, name, err)
 	}
 }

@@ -12,9 +12,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
@@ -54,7 +54,7 @@ func imageRepository(ns, image string, edits ...func(*v1.ImageRepository)) *v1.I
 }
 
 // scan prepares a scan of obj and lists its tags.
-func scan(t testing.TB, c *registry.Client, kube kubernetes.Interface, obj *v1.ImageRepository) (registry.Result, error) {
+func scan(t testing.TB, c *registry.Client, kube *kube.Client, obj *v1.ImageRepository) (registry.Result, error) {
 	t.Helper()
 	s, err := c.Prepare(context.Background(), kube, obj)
 	if err != nil {
@@ -64,18 +64,18 @@ func scan(t testing.TB, c *registry.Client, kube kubernetes.Interface, obj *v1.I
 	return s.ListTags(context.Background())
 }
 
-// kube returns the shared test apiserver's client and a fresh namespace.
-func kube(t *testing.T) (kubernetes.Interface, string) {
+// apiserver returns a client of the shared test apiserver and a fresh namespace.
+func apiserver(t *testing.T) (*kube.Client, string) {
 	t.Helper()
 	env := testenv.Kube(t)
-	return env.Clientset(), env.Namespace(t)
+	return env.Client(t), env.Namespace(t)
 }
 
 // createSecret creates a Secret in ns.
-func createSecret(t *testing.T, kc kubernetes.Interface, ns, name string, typ corev1.SecretType, data map[string][]byte) {
+func createSecret(t *testing.T, kc *kube.Client, ns, name string, typ corev1.SecretType, data map[string][]byte) {
 	t.Helper()
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Type: typ, Data: data}
-	if _, err := kc.CoreV1().Secrets(ns).Create(context.Background(), sec, metav1.CreateOptions{}); err != nil {
+	if _, err := kc.Secrets.Create(context.Background(), sec); err != nil {
 		t.Fatalf("creating secret %s/%s: %v", ns, name, err)
 	}
 }

@@ -12,11 +12,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
-	"k8s.io/client-go/kubernetes"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/cloudauth"
 	"github.com/imagereflector/reflector/internal/imagename"
+	"github.com/imagereflector/reflector/internal/kube"
 )
 
 // Scan is one authenticated session with the registry of an ImageRepository: ListTags and Head
@@ -36,13 +36,13 @@ type Scan struct {
 }
 
 // Prepare checks obj's spec, reads the Secrets and ServiceAccount it refers to from its
-// namespace through kube (which may be nil when it refers to none), logs in to the cloud of a
+// namespace through kc (which may be nil when it refers to none), logs in to the cloud of a
 // provider other than generic, and pings the registry with the resulting credentials, TLS and
 // proxy settings, unless a recent scan of the same repository with the same credentials left
 // a session to reuse (see DefaultSessionTTL). The error is an *Error: an invalid image, a provider that does not serve the
 // image's registry, or object-level identity without its feature gate is Stalled; unreadable or
 // refused credentials are AuthenticationFailed. Close the Scan when done with it.
-func (c *Client) Prepare(ctx context.Context, kube kubernetes.Interface, obj *v1.ImageRepository) (*Scan, error) {
+func (c *Client) Prepare(ctx context.Context, kc *kube.Client, obj *v1.ImageRepository) (*Scan, error) {
 	s := &Scan{c: c, timeout: obj.GetTimeout()}
 	s.deadline = time.Now().Add(s.timeout)
 	ctx, cancel := context.WithDeadline(ctx, s.deadline)
@@ -62,8 +62,8 @@ func (c *Client) Prepare(ctx context.Context, kube kubernetes.Interface, obj *v1
 		s.exclude = append(s.exclude, re)
 	}
 
-	sec := &secrets{kube: kube, namespace: obj.Namespace}
-	auth, err := c.authenticator(ctx, kube, sec, obj, repo.RegistryStr())
+	sec := &secrets{kube: kc, namespace: obj.Namespace}
+	auth, err := c.authenticator(ctx, kc, sec, obj, repo.RegistryStr())
 	if err != nil {
 		return nil, err
 	}
@@ -149,12 +149,12 @@ func (s *Scan) fail(ctx context.Context, what string, err error) error {
 
 // authenticator returns the credentials of a scan: spec.secretRef's when set, else those of the
 // provider's cloud, else (generic) those of spec.serviceAccountName's image pull secrets.
-func (c *Client) authenticator(ctx context.Context, kube kubernetes.Interface, sec *secrets, obj *v1.ImageRepository, host string) (authn.Authenticator, error) {
+func (c *Client) authenticator(ctx context.Context, kc *kube.Client, sec *secrets, obj *v1.ImageRepository, host string) (authn.Authenticator, error) {
 	provider := obj.GetProvider()
 	if provider == v1.GenericProvider || obj.Spec.SecretRef != nil {
 		return sec.authenticator(ctx, obj, host)
 	}
-	cred, err := c.cloud.Login(ctx, kube, provider, obj.Namespace, obj.Spec.ServiceAccountName, host)
+	cred, err := c.cloud.Login(ctx, kc, provider, obj.Namespace, obj.Spec.ServiceAccountName, host)
 	if err != nil {
 		if ce, ok := errors.AsType[*cloudauth.Error](err); ok {
 			return nil, &Error{Reason: ce.Reason, Err: err}

@@ -17,11 +17,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/imagename"
+	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/redact"
 )
 
@@ -29,7 +28,7 @@ import (
 // object's own namespace, each Secret once per scan: one Secret may serve as both secretRef
 // and certSecretRef.
 type secrets struct {
-	kube      kubernetes.Interface
+	kube      *kube.Client
 	namespace string
 	read      map[string]*corev1.Secret
 }
@@ -47,7 +46,7 @@ func (s *secrets) secret(ctx context.Context, name, field string) (*corev1.Secre
 	if s.kube == nil {
 		return nil, authFailed("%s: secret %s/%s cannot be read: no Kubernetes client", field, s.namespace, name)
 	}
-	sec, err := s.kube.CoreV1().Secrets(s.namespace).Get(ctx, name, metav1.GetOptions{})
+	sec, err := s.kube.Secrets.Get(ctx, s.namespace, name)
 	if apierrors.IsNotFound(err) {
 		return nil, authFailed("%s: secret %s/%s not found", field, s.namespace, name)
 	}
@@ -83,7 +82,7 @@ func (s *secrets) authenticator(ctx context.Context, obj *v1.ImageRepository, ho
 		if s.kube == nil {
 			return nil, authFailed("spec.serviceAccountName: serviceaccount %s/%s cannot be read: no Kubernetes client", s.namespace, sa)
 		}
-		account, err := s.kube.CoreV1().ServiceAccounts(s.namespace).Get(ctx, sa, metav1.GetOptions{})
+		account, err := s.kube.ServiceAccounts.Get(ctx, s.namespace, sa)
 		if apierrors.IsNotFound(err) {
 			return nil, authFailed("spec.serviceAccountName: serviceaccount %s/%s not found", s.namespace, sa)
 		}

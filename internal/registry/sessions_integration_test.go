@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -19,7 +17,7 @@ func TestIntegrationScansReuseTheRepositorysSession(t *testing.T) {
 	ctx := context.Background()
 	reg := testenv.NewRegistry(t, testenv.RegistryBasicAuth("robot", "s3cret"))
 	reg.Push(t, "app", "v1")
-	kc, ns := kube(t)
+	kc, ns := apiserver(t)
 	createSecret(t, kc, ns, "pull", "kubernetes.io/dockerconfigjson", dockerConfig(reg.Host(), "robot", "s3cret"))
 	obj := imageRepository(ns, reg.Image("app"), func(o *v1.ImageRepository) { o.Spec.SecretRef = &v1.LocalObjectReference{Name: "pull"} })
 	// No retries: one injected fault fails one request.
@@ -78,12 +76,12 @@ func TestIntegrationScansReuseTheRepositorysSession(t *testing.T) {
 	}
 
 	// Changed credentials never ride on the old session: a wrong password is refused at once.
-	sec, err := kc.CoreV1().Secrets(ns).Get(ctx, "pull", metav1.GetOptions{})
+	sec, err := kc.Secrets.Get(ctx, ns, "pull")
 	if err != nil {
 		t.Fatal(err)
 	}
 	sec.Data = dockerConfig(reg.Host(), "robot", "wrong")
-	if _, err := kc.CoreV1().Secrets(ns).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+	if _, err := kc.Secrets.Update(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
 	err = head("v1")

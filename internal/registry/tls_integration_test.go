@@ -22,7 +22,7 @@ func TestIntegrationCertificates(t *testing.T) {
 	mutual := testenv.NewRegistry(t, testenv.RegistryClientCerts(), testenv.RegistryAlias("registry.test"),
 		testenv.RegistryBasicAuth("robot", "s3cret"))
 	mutual.Push(t, "app", "v1")
-	kc, ns := kube(t)
+	kc, ns := apiserver(t)
 
 	createSecret(t, kc, ns, "server-ca", corev1.SecretTypeOpaque, map[string][]byte{"ca.crt": server.CAPEM()})
 	createSecret(t, kc, ns, "mutual-ca-only", corev1.SecretTypeOpaque, map[string][]byte{"ca.crt": mutual.CAPEM()})
@@ -84,7 +84,7 @@ func TestIntegrationProxy(t *testing.T) {
 	reg := testenv.NewRegistry(t, testenv.RegistryTLS())
 	reg.Push(t, "app", "v1")
 	proxy := testenv.NewRegistryProxy(t, "proxy-user", "proxy-pass")
-	kc, ns := kube(t)
+	kc, ns := apiserver(t)
 	createSecret(t, kc, ns, "ca", corev1.SecretTypeOpaque, map[string][]byte{"ca.crt": reg.CAPEM()})
 	createSecret(t, kc, ns, "proxy", corev1.SecretTypeOpaque, map[string][]byte{
 		"address": []byte(proxy.URL()), "username": []byte("proxy-user"), "password": []byte("proxy-pass")})

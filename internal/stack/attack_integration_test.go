@@ -89,16 +89,15 @@ func startAttackStack(t *testing.T) *attackStack {
 func (a *attackStack) serviceAccountToken(t *testing.T, namespace, name string, audiences ...string) string {
 	t.Helper()
 	ctx := context.Background()
-	core := a.Kube.Core.CoreV1()
-	if _, err := core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := a.Kube.Namespaces.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	if _, err := core.ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := a.Kube.ServiceAccounts.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	tr, err := core.ServiceAccounts(namespace).CreateToken(ctx, name, &authnv1.TokenRequest{
+	tr, err := a.Kube.ServiceAccounts.CreateToken(ctx, namespace, name, &authnv1.TokenRequest{
 		Spec: authnv1.TokenRequestSpec{Audiences: audiences},
-	}, metav1.CreateOptions{})
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,12 +408,11 @@ func TestAttacksIntegration(t *testing.T) {
 
 	t.Run("no secret reaches a status, an Event, a log line or an answer", func(t *testing.T) {
 		const planted = "PLANTED-PROXY-PASSWORD"
-		core := a.Kube.Core.CoreV1()
 		for name, data := range map[string]map[string]string{
 			"socks-proxy": {"address": "socks5://user:" + planted + "-1@127.0.0.1:1080"},
 			"dead-proxy":  {"address": "http://user:" + planted + "-2@127.0.0.1:9", "password": planted + "-3"},
 		} {
-			if _, err := core.Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: data}, metav1.CreateOptions{}); err != nil {
+			if _, err := a.Kube.Secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, StringData: data}); err != nil {
 				t.Fatal(err)
 			}
 			repo := fmt.Sprintf(`apiVersion: image.toolkit.fluxcd.io/v1
@@ -464,7 +462,7 @@ spec:
 			}
 			return nil
 		})
-		evs, err := core.Events("default").List(ctx, metav1.ListOptions{})
+		evs, err := a.Kube.Events.List(ctx, "default", metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -313,12 +313,11 @@ func moduleRoot() (string, error) {
 
 // webhookSecret creates the namespace's webhook Secret, or reads the one an earlier run made.
 func (s *Stack) webhookSecret(ctx context.Context) (string, error) {
-	core := s.Kube.Core.CoreV1()
 	ns := s.opts.Namespace
-	if _, err := core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := s.Kube.Namespaces.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
-	sec, err := core.Secrets(ns).Get(ctx, "reflector-webhook", metav1.GetOptions{})
+	sec, err := s.Kube.Secrets.Get(ctx, ns, "reflector-webhook")
 	if err == nil {
 		return string(sec.Data["token"]), nil
 	}
@@ -328,10 +327,10 @@ func (s *Stack) webhookSecret(ctx context.Context) (string, error) {
 	b := make([]byte, 16)
 	rand.Read(b)
 	token := hex.EncodeToString(b)
-	_, err = core.Secrets(ns).Create(ctx, &corev1.Secret{
+	_, err = s.Kube.Secrets.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "reflector-webhook", Namespace: ns},
 		Data:       map[string][]byte{"token": []byte(token)},
-	}, metav1.CreateOptions{})
+	})
 	return token, err
 }
 

@@ -25,8 +25,8 @@ import (
 
 	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+
+	"github.com/imagereflector/reflector/internal/kube"
 )
 
 // Defaults of a Verifier.
@@ -49,7 +49,7 @@ var ErrUnauthenticated = errors.New("unauthenticated")
 
 // Verifier checks bearer tokens for one audience. It is safe for concurrent use.
 type Verifier struct {
-	client     kubernetes.Interface
+	client     *kube.Client
 	audience   string
 	namespaces []string
 	now        func() time.Time
@@ -90,7 +90,7 @@ func WithReviewRate(perSecond rate.Limit, burst int) Option {
 }
 
 // New returns a Verifier of tokens for audience, reviewed by client's apiserver.
-func New(client kubernetes.Interface, audience string, opts ...Option) *Verifier {
+func New(client *kube.Client, audience string, opts ...Option) *Verifier {
 	v := &Verifier{
 		client:   client,
 		audience: audience,
@@ -180,9 +180,9 @@ func (v *Verifier) Verify(ctx context.Context, authorization string) (string, er
 
 // review asks the apiserver about token.
 func (v *Verifier) review(ctx context.Context, token string) (string, error) {
-	tr, err := v.client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
+	tr, err := v.client.TokenReviews.Create(ctx, &authnv1.TokenReview{
 		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{v.audience}},
-	}, metav1.CreateOptions{})
+	})
 	if err != nil {
 		return "", fmt.Errorf("TokenReview: %w", err)
 	}

@@ -12,9 +12,9 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/testenv"
 	"github.com/imagereflector/reflector/internal/tokenreview"
 )
@@ -22,7 +22,7 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // countingClient returns a client of env whose TokenReview requests are counted in n.
-func countingClient(t *testing.T, env *testenv.Env, n *atomic.Int64) kubernetes.Interface {
+func countingClient(t *testing.T, env *testenv.Env, n *atomic.Int64) *kube.Client {
 	t.Helper()
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
@@ -33,7 +33,7 @@ func countingClient(t *testing.T, env *testenv.Env, n *atomic.Int64) kubernetes.
 			return rt.RoundTrip(req)
 		})
 	}
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := kube.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
