@@ -451,14 +451,11 @@ func TestEvaluateIntegrationStoreHeldByWriter(t *testing.T) {
 	}
 
 	const hold = 700 * time.Millisecond
+	// A writer that keeps the store for a while: the duration is the scenario, and the
+	// evaluation must have waited at least that long.
 	release := holdStore(t, f.dir)
-	go func() {
-		// A writer that keeps the store for a while: the duration is the scenario, and the
-		// evaluation must have waited at least that long.
-		time.Sleep(hold)
-		release()
-	}()
 	start := time.Now()
+	time.AfterFunc(hold, release)
 	out := f.evaluate(t, f.ns, "app")
 	if waited := time.Since(start); waited < hold || out.Result != reconcile.PolicySucceeded || out.Latest.Tag != "1.1.0" {
 		t.Errorf("after waiting %s: %+v", waited, out)

@@ -2,11 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/imagereflector/reflector/internal/testenv"
 )
 
 // Many goroutines of one process share one open database, and concurrent
@@ -134,10 +137,12 @@ func TestHandOverClosesWithoutLinger(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.HandOver()
-	time.Sleep(3 * watchInterval)
-	if db.IsClosed() {
-		t.Fatal("database closed under a call in flight")
-	}
+	testenv.Consistently(t, 3*watchInterval, time.Millisecond, func() error {
+		if db.IsClosed() {
+			return errors.New("database closed under a call in flight")
+		}
+		return nil
+	})
 	s.release()
 	waitIdle(t, s)
 	if e, err := s.Get(ctx, "ns/a", testID); err != nil || fmt.Sprint(e.Tags) != "[v1]" {

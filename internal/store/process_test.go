@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/imagereflector/reflector/internal/testenv"
 )
 
 // Two writer processes and a reader process share one directory for
@@ -180,7 +182,15 @@ func TestLockedUntilDeadline(t *testing.T) {
 		_, err := s.Get(ctx, "ns/a", testID)
 		got <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	// The holder leaves once the reader waits for it.
+	testenv.Eventually(t, 10*time.Second, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.state != stateOpening {
+			return errors.New("the reader is not waiting for the directory")
+		}
+		return nil
+	})
 	if l := h.stop(); l != "closed" {
 		t.Fatalf("holder printed %q", l)
 	}

@@ -1,9 +1,12 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/imagereflector/reflector/internal/testenv"
 )
 
 // Sessions that each write lists which never change again leave a value-log
@@ -80,17 +83,12 @@ func TestValueLogFilesStayBoundedUnderReaders(t *testing.T) {
 // waitIdle waits until the Store has closed its database.
 func waitIdle(t testing.TB, s *Store) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.EventuallyEvery(t, 10*time.Second, time.Millisecond, func() error {
 		s.mu.Lock()
-		st := s.state
-		s.mu.Unlock()
-		if st == stateIdle {
-			return
+		defer s.mu.Unlock()
+		if s.state != stateIdle {
+			return errors.New("the database is still open")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("database still open 10s after the linger")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
