@@ -192,18 +192,24 @@ func TestIntegrationCloudControllerLevel(t *testing.T) {
 	t.Run("aws EKS Pod Identity refused", func(t *testing.T) {
 		f.serviceAccount(t, "not-associated", nil)
 		t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", f.clouds.AWSContainerCredentialsURL())
+		good := f.tokenFile(t, "reflector-scan", testenv.AWSPodIdentityAudience)
 		for _, tt := range []struct {
-			name, tokenFile string
-			messages        []string
+			name, endpoint, tokenFile string
+			messages                  []string
 		}{
-			{"token for another audience", f.tokenFile(t, "reflector-scan", cloudauth.AWSAudience),
+			{"token for another audience", "", f.tokenFile(t, "reflector-scan", cloudauth.AWSAudience),
 				[]string{"EKS Pod Identity", "InvalidTokenException", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"}},
-			{"no association", f.tokenFile(t, "not-associated", testenv.AWSPodIdentityAudience),
+			{"no association", "", f.tokenFile(t, "not-associated", testenv.AWSPodIdentityAudience),
 				[]string{"EKS Pod Identity", "ResourceNotFoundException", "pod identity association"}},
-			{"missing token file", filepath.Join(t.TempDir(), "missing"),
+			{"missing token file", "", filepath.Join(t.TempDir(), "missing"),
 				[]string{"EKS Pod Identity", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "no such file"}},
+			{"no agent", "http://" + testenv.Refusing(t) + "/v1/credentials", good,
+				[]string{"EKS Pod Identity", "did not answer", "connection refused", "EKS Pod Identity Agent add-on"}},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
+				if tt.endpoint != "" {
+					t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", tt.endpoint)
+				}
 				t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", tt.tokenFile)
 				c, _ := f.client()
 				before := len(f.clouds.Calls())
