@@ -110,6 +110,7 @@ type Clouds struct {
 	awsRoles    map[string]string
 	awsPods     map[string]bool
 	awsKeys     map[string]bool
+	awsSecrets  []string
 	azureIDs    map[string]azureGrant
 	azureTokens map[string]azureIssued
 	azureSecret map[string]string
@@ -385,6 +386,7 @@ func (c *Clouds) Secrets() []string {
 	for _, p := range c.passwords {
 		s = append(s, p)
 	}
+	s = append(s, c.awsSecrets...)
 	for k := range c.azureTokens {
 		s = append(s, k)
 	}
@@ -470,13 +472,10 @@ func (c *Clouds) servePodIdentity(w http.ResponseWriter, r *http.Request) {
 		awsJSONError(w, http.StatusBadRequest, "ResourceNotFoundException", "No Pod Identity Association found for "+subject)
 		return
 	}
-	key := "ASIAPOD" + strings.ToUpper(randomHex(7))
-	c.mu.Lock()
-	c.awsKeys[key] = true
-	c.mu.Unlock()
+	key, secret, session := c.awsCredentials("ASIAPOD")
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]string{
-		"AccessKeyId": key, "SecretAccessKey": randomHex(20), "Token": randomHex(20), "AccountId": "123456789012",
+		"AccessKeyId": key, "SecretAccessKey": secret, "Token": session, "AccountId": "123456789012",
 		"Expiration": time.Now().Add(6 * time.Hour).UTC().Format(time.RFC3339),
 	})
 }
@@ -505,16 +504,25 @@ func (c *Clouds) serveSTS(w http.ResponseWriter, r *http.Request, region string)
 		awsQueryError(w, http.StatusForbidden, "AccessDenied", "Not authorized to perform sts:AssumeRoleWithWebIdentity")
 		return
 	}
-	key := "ASIA" + strings.ToUpper(randomHex(8))
-	c.mu.Lock()
-	c.awsKeys[key] = true
-	c.mu.Unlock()
+	key, secret, session := c.awsCredentials("ASIA")
 	w.Header().Set("Content-Type", "text/xml")
 	fmt.Fprintf(w, `<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleWithWebIdentityResult>
 <Credentials><AccessKeyId>%s</AccessKeyId><SecretAccessKey>%s</SecretAccessKey><SessionToken>%s</SessionToken><Expiration>%s</Expiration></Credentials>
 <SubjectFromWebIdentityToken>%s</SubjectFromWebIdentityToken><AssumedRoleUser><Arn>%s</Arn><AssumedRoleId>AROA:%s</AssumedRoleId></AssumedRoleUser>
 </AssumeRoleWithWebIdentityResult><ResponseMetadata><RequestId>1</RequestId></ResponseMetadata></AssumeRoleWithWebIdentityResponse>`,
-		key, randomHex(20), randomHex(20), time.Now().Add(time.Hour).UTC().Format(time.RFC3339), xmlText(subject), xmlText(role), xmlText(subject))
+		key, secret, session, time.Now().Add(time.Hour).UTC().Format(time.RFC3339), xmlText(subject), xmlText(role), xmlText(subject))
+}
+
+// awsCredentials issues temporary AWS credentials whose access key id starts with prefix:
+// ECR takes requests signed with them.
+func (c *Clouds) awsCredentials(prefix string) (key, secret, session string) {
+	key = prefix + strings.ToUpper(randomHex((20-len(prefix))/2))
+	secret, session = randomHex(20), randomHex(20)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.awsKeys[key] = true
+	c.awsSecrets = append(c.awsSecrets, secret, session)
+	return key, secret, session
 }
 
 func awsQueryError(w http.ResponseWriter, status int, code, message string) {
