@@ -305,6 +305,24 @@ func TestIntegrationCloudControllerLevel(t *testing.T) {
 				t.Errorf("cloud calls %v, want %v", got, want)
 			}
 		})
+		t.Run("azure workload identity in "+cloud.host+" signing in at the public cloud", func(t *testing.T) {
+			f.clouds.AllowAzureIdentity(azureTenant, azureClient, f.ns, "reflector-scan", true)
+			t.Setenv("AZURE_FEDERATED_TOKEN_FILE", f.tokenFile(t, "reflector-scan", cloudauth.AzureAudience))
+			t.Setenv("AZURE_TENANT_ID", azureTenant)
+			t.Setenv("AZURE_CLIENT_ID", azureClient)
+			// As AKS's workload identity webhook sets it in the public cloud.
+			t.Setenv("AZURE_AUTHORITY_HOST", "https://login.microsoftonline.com/")
+			c, _ := f.client()
+			before := len(f.clouds.Calls())
+			_, err := scan(t, c, f.kube, cloudRepository(f.ns, v1.AzureProvider, cloud.host, ""))
+			wantError(t, err, v1.AuthenticationFailedReason, "AADSTS500011",
+				"AZURE_AUTHORITY_HOST https://login.microsoftonline.com/ is the authority of Azure's public cloud",
+				cloud.host+" is a registry of", "https://"+cloud.authority+"/")
+			f.wantNoSecret(t, err.Error())
+			if got := f.clouds.Calls()[before:]; len(got) != 0 {
+				t.Errorf("cloud calls %v", got)
+			}
+		})
 		t.Run("azure managed identity in "+cloud.host, func(t *testing.T) {
 			c, _ := f.client()
 			before := len(f.clouds.Calls())

@@ -85,7 +85,7 @@ const (
 // whose authority issued them. It also serves a registry under each cloud's real host name
 // (ECRHost, ECRChinaHost, ACRHost, ACRChinaHost, ACRGovHost, GARHost) that wants the
 // credentials its cloud issues, reached with Transport through a proxy that routes those names,
-// the sovereign clouds' Entra ID authorities, the China partition's STS and ECR API endpoints
+// the clouds' Entra ID authorities, the China partition's STS and ECR API endpoints
 // and the Google API names to loopback with a test CA.
 type Clouds struct {
 	// ECR, ACR and GAR are the registries behind ECRHost, ACRHost and GARHost.
@@ -168,7 +168,7 @@ func NewClouds(t testing.TB, kube kubernetes.Interface) *Clouds {
 	c.ca = ca
 	names := []string{ECRHost, ECRPublicHost, ECRChinaHost, ACRHost, ACRChinaHost, ACRGovHost, GARHost,
 		"sts.googleapis.com", "iamcredentials.googleapis.com",
-		"login.chinacloudapi.cn", "login.microsoftonline.us",
+		"login.microsoftonline.com", "login.chinacloudapi.cn", "login.microsoftonline.us",
 		"sts.cn-north-1.amazonaws.com.cn", "api.ecr.cn-north-1.amazonaws.com.cn"}
 	cert, err := ca.issue("clouds", names, false)
 	if err != nil {
@@ -641,7 +641,7 @@ func (c *Clouds) serveMetadata(w http.ResponseWriter, r *http.Request) {
 var awsEndpoint = regexp.MustCompile(`^(sts|api\.ecr)\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$`)
 
 // serveFront answers the TLS names: the registries, the AWS China partition's STS and ECR
-// endpoints, Google's STS and IAM credentials, the sovereign clouds' Entra ID authorities, and
+// endpoints, Google's STS and IAM credentials, the clouds' Entra ID authorities, and
 // on the loopback address the public Entra ID authority and Google's STS again (for token_url).
 func (c *Clouds) serveFront(w http.ResponseWriter, r *http.Request) {
 	host, _, err := net.SplitHostPort(r.Host)
