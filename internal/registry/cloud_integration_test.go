@@ -150,6 +150,31 @@ func TestIntegrationCloudObjectLevel(t *testing.T) {
 		})
 	}
 
+	t.Run("aws China partition", func(t *testing.T) {
+		role := "arn:aws-cn:iam::123456789012:role/reflector-pull"
+		f.serviceAccount(t, "ecr-cn", map[string]string{cloudauth.AWSRoleARNAnnotation: role})
+		f.clouds.AllowAWSRole(role, f.ns, "ecr-cn")
+		// The SDK resolves STS and ECR in cn-north-1 under amazonaws.com.cn, which the proxy
+		// routes to the fakes.
+		t.Setenv("AWS_ENDPOINT_URL_STS", "")
+		t.Setenv("AWS_ENDPOINT_URL_ECR", "")
+		before := len(f.clouds.Calls())
+		f.wantTags(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRChinaHost, "ecr-cn"))
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"aws:sts@cn-north-1", "aws:ecr@cn-north-1"}) {
+			t.Errorf("cloud calls %v", got)
+		}
+	})
+	t.Run("azure China", func(t *testing.T) {
+		// Without AZURE_AUTHORITY_HOST the registry's cloud names the Entra ID authority.
+		t.Setenv("AZURE_AUTHORITY_HOST", "")
+		before := len(f.clouds.Calls())
+		f.wantTags(t, c, cloudRepository(f.ns, v1.AzureProvider, testenv.ACRChinaHost, "acr"))
+		want := []string{"azure:token@login.chinacloudapi.cn", "azure:exchange@" + testenv.ACRChinaHost}
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, want) {
+			t.Errorf("cloud calls %v, want %v", got, want)
+		}
+	})
+
 	t.Run("gcp on GKE without a provider annotation", func(t *testing.T) {
 		f.clouds.AllowGCPServiceAccount(gcpGSA, f.ns, "gke")
 		before := len(f.clouds.Calls())
