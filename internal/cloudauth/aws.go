@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 	"github.com/aws/smithy-go"
 	"github.com/google/go-containerregistry/pkg/authn"
+
+	"github.com/imagereflector/reflector/internal/redact"
 )
 
 // AWS ServiceAccount annotation and token audience, as EKS's IAM roles for service accounts.
@@ -24,6 +27,9 @@ const (
 	AWSRoleARNAnnotation = "eks.amazonaws.com/role-arn"
 	AWSAudience          = "sts.amazonaws.com"
 )
+
+// awsPodIdentityAudience is the audience of the token EKS Pod Identity projects into pods.
+const awsPodIdentityAudience = "pods.eks.amazonaws.com"
 
 // ecrHost matches the hosts of ECR private registries in every partition:
 // <account>.dkr.ecr[-fips].<region>.amazonaws.com[.cn], and the dual-stack and isolated-region
@@ -116,10 +122,42 @@ func awsFailure(id *identity, role, service string, err error) error {
 	case role != "" && strings.Contains(err.Error(), "AssumeRoleWithWebIdentity"):
 		return failed("aws: STS refused AssumeRoleWithWebIdentity of role %s for %s (%s): check the role ARN in the annotation %s and that the role's trust policy allows system:serviceaccount:%s:%s with audience %s",
 			role, id.describe(), detail, AWSRoleARNAnnotation, id.account.Namespace, id.account.Name, AWSAudience)
+	case role == "" && strings.Contains(err.Error(), "failed to refresh cached credentials") && awsContainerCredentials():
+		return awsContainerFailure(err, api)
 	case role == "" && strings.Contains(err.Error(), "failed to refresh cached credentials"):
 		return failed("aws: no usable credentials in the scan function's environment (%s): give its ServiceAccount an IAM role (IRSA or EKS Pod Identity), or set spec.serviceAccountName with object-level workload identity", detail)
 	}
 	return failed("aws: %s GetAuthorizationToken as %s failed: %s: check that the identity may call ecr:GetAuthorizationToken", service, awsWho(id, role), detail)
+}
+
+// awsContainerCredentials tells whether the SDK's default chain gets the scan function's
+// credentials from a container credentials endpoint given by URL, as on EKS Pod Identity:
+// no static keys or web identity token come before it.
+func awsContainerCredentials() bool {
+	return os.Getenv("AWS_CONTAINER_CREDENTIALS_FULL_URI") != "" &&
+		os.Getenv("AWS_ACCESS_KEY_ID") == "" && os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE") == ""
+}
+
+// awsContainerFailure explains why the container credentials endpoint, on EKS the Pod Identity
+// agent, gave the scan function no credentials: the token file could not be read, the agent
+// refused the token or found no association, or it did not answer. api is the agent's error
+// answer, if it gave one. The token itself is never quoted.
+func awsContainerFailure(err error, api smithy.APIError) error {
+	const where = "aws: the container credentials endpoint in AWS_CONTAINER_CREDENTIALS_FULL_URI (EKS Pod Identity)"
+	if _, cause, ok := strings.Cut(err.Error(), "resolve auth token: "); ok {
+		return failed("%s: reading the token in AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE failed (%s): check that the scan function's pods were started with EKS Pod Identity (the pod identity webhook mounts the token and sets the variable)", where, cause)
+	}
+	if api == nil {
+		return failed("%s did not answer (%v): check that the EKS Pod Identity Agent add-on runs on the scan function's nodes", where, redact.Error(err))
+	}
+	detail := api.ErrorMessage()
+	if code := api.ErrorCode(); code != "" {
+		detail = code + ": " + detail
+	}
+	if api.ErrorCode() == "ResourceNotFoundException" {
+		return failed("%s found no role for the scan function (%s): create a pod identity association for its namespace and ServiceAccount with a role that may call ecr:GetAuthorizationToken", where, detail)
+	}
+	return failed("%s refused the token in AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (%s): check that the file holds the pod's projected ServiceAccount token for audience %s and that a pod identity association exists for the scan function's namespace and ServiceAccount", where, detail, awsPodIdentityAudience)
 }
 
 func awsWho(id *identity, role string) string {

@@ -26,17 +26,31 @@ const (
 // acrUser is the user name that goes with an ACR refresh token.
 const acrUser = "00000000-0000-0000-0000-000000000000"
 
-// azureEnvironment is one Azure cloud: where its Entra ID signs in, and the resource whose tokens
-// ACR exchanges.
+// azureEnvironment is one Azure cloud: its name, where its Entra ID signs in, and the resource
+// whose tokens ACR exchanges.
 type azureEnvironment struct {
-	authority, resource string
+	name, authority, resource string
 }
 
 // acrClouds maps the domain of an ACR registry to its cloud: public, China, US Government.
 var acrClouds = map[string]azureEnvironment{
-	".azurecr.io": {"https://login.microsoftonline.com/", "https://management.azure.com/"},
-	".azurecr.cn": {"https://login.chinacloudapi.cn/", "https://management.chinacloudapi.cn/"},
-	".azurecr.us": {"https://login.microsoftonline.us/", "https://management.usgovcloudapi.net/"},
+	".azurecr.io": {"Azure's public cloud", "https://login.microsoftonline.com/", "https://management.azure.com/"},
+	".azurecr.cn": {"Azure China", "https://login.chinacloudapi.cn/", "https://management.chinacloudapi.cn/"},
+	".azurecr.us": {"Azure US Government", "https://login.microsoftonline.us/", "https://management.usgovcloudapi.net/"},
+}
+
+// azureOtherCloud explains, for an Entra ID refusal, that AZURE_AUTHORITY_HOST (as AKS's workload
+// identity webhook sets it) is the authority of another cloud than the registry's: no identity
+// of one cloud signs in to another's registries. It returns "" when that is not so.
+func azureOtherCloud(authority, host string, env azureEnvironment) string {
+	norm := func(u string) string { return strings.TrimSuffix(strings.ToLower(u), "/") }
+	for _, other := range acrClouds {
+		if norm(authority) == norm(other.authority) && other.authority != env.authority {
+			return fmt.Sprintf("AZURE_AUTHORITY_HOST %s is the authority of %s, but %s is a registry of %s, whose authority is %s: sign in with an identity of that cloud, with AZURE_AUTHORITY_HOST set to its authority",
+				authority, other.name, host, env.name, env.authority)
+		}
+	}
+	return ""
 }
 
 var azureCloud = &cloud{
@@ -65,7 +79,9 @@ type azureToken struct {
 // refresh token, which the registry accepts as a password.
 func azureLogin(ctx context.Context, a *Authenticator, id *identity, reg registry) (authn.AuthConfig, time.Time, error) {
 	env := acrClouds[reg.region]
+	otherCloud := ""
 	if h := os.Getenv("AZURE_AUTHORITY_HOST"); h != "" {
+		otherCloud = azureOtherCloud(h, reg.host, env)
 		env.authority = h
 	}
 	scope := env.resource + ".default"
@@ -77,6 +93,9 @@ func azureLogin(ctx context.Context, a *Authenticator, id *identity, reg registr
 		tok, err = azureObjectToken(ctx, a, id, env, scope)
 	} else {
 		tok, err = azureControllerToken(ctx, a, env, scope)
+	}
+	if err != nil && otherCloud != "" {
+		return authn.AuthConfig{}, time.Time{}, failed("%v; %s", err, otherCloud)
 	}
 	if err != nil {
 		return authn.AuthConfig{}, time.Time{}, err

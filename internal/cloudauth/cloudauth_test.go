@@ -92,3 +92,26 @@ func TestCacheRenewsBeforeExpiryAndStaysBounded(t *testing.T) {
 		t.Error("the latest entry was evicted")
 	}
 }
+
+func TestAzureOtherCloud(t *testing.T) {
+	for _, tt := range []struct {
+		authority, host string
+		other           bool
+	}{
+		{"https://login.microsoftonline.com/", "x.azurecr.io", false},
+		{"https://login.chinacloudapi.cn", "x.azurecr.cn", false},
+		{"https://127.0.0.1:8443/", "x.azurecr.cn", false},
+		{"https://LOGIN.microsoftonline.com", "x.azurecr.cn", true},
+		{"https://login.chinacloudapi.cn/", "x.azurecr.us", true},
+		{"https://login.microsoftonline.us/", "x.azurecr.io", true},
+	} {
+		reg, err := azureCloud.registry(tt.host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := azureOtherCloud(tt.authority, tt.host, acrClouds[reg.region])
+		if (got != "") != tt.other {
+			t.Errorf("%s for %s: %q", tt.authority, tt.host, got)
+		}
+	}
+}

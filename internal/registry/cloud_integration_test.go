@@ -42,7 +42,7 @@ func newCloudFixture(t *testing.T) *cloudFixture {
 	kc, ns := env.Client(t), env.Namespace(t)
 	c := testenv.NewClouds(t, env.Clientset())
 	c.Setenv(t)
-	for _, reg := range []*testenv.Registry{c.ECR, c.ACR, c.GAR} {
+	for _, reg := range c.Registries() {
 		reg.Push(t, "team/app", "1.0.0", "1.1.0")
 	}
 	return &cloudFixture{kube: kc, ns: ns, clouds: c}
@@ -150,6 +150,31 @@ func TestIntegrationCloudObjectLevel(t *testing.T) {
 		})
 	}
 
+	t.Run("aws China partition", func(t *testing.T) {
+		role := "arn:aws-cn:iam::123456789012:role/reflector-pull"
+		f.serviceAccount(t, "ecr-cn", map[string]string{cloudauth.AWSRoleARNAnnotation: role})
+		f.clouds.AllowAWSRole(role, f.ns, "ecr-cn")
+		// The SDK resolves STS and ECR in cn-north-1 under amazonaws.com.cn, which the proxy
+		// routes to the fakes.
+		t.Setenv("AWS_ENDPOINT_URL_STS", "")
+		t.Setenv("AWS_ENDPOINT_URL_ECR", "")
+		before := len(f.clouds.Calls())
+		f.wantTags(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRChinaHost, "ecr-cn"))
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"aws:sts@cn-north-1", "aws:ecr@cn-north-1"}) {
+			t.Errorf("cloud calls %v", got)
+		}
+	})
+	t.Run("azure China", func(t *testing.T) {
+		// Without AZURE_AUTHORITY_HOST the registry's cloud names the Entra ID authority.
+		t.Setenv("AZURE_AUTHORITY_HOST", "")
+		before := len(f.clouds.Calls())
+		f.wantTags(t, c, cloudRepository(f.ns, v1.AzureProvider, testenv.ACRChinaHost, "acr"))
+		want := []string{"azure:token@login.chinacloudapi.cn", "azure:exchange@" + testenv.ACRChinaHost}
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, want) {
+			t.Errorf("cloud calls %v, want %v", got, want)
+		}
+	})
+
 	t.Run("gcp on GKE without a provider annotation", func(t *testing.T) {
 		f.clouds.AllowGCPServiceAccount(gcpGSA, f.ns, "gke")
 		before := len(f.clouds.Calls())
@@ -175,6 +200,79 @@ func TestIntegrationCloudControllerLevel(t *testing.T) {
 		f.wantTags(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRHost, ""))
 		f.wantTags(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRPublicHost, ""))
 		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"aws:sts", "aws:ecr", "aws:sts", "aws:ecr-public"}) {
+			t.Errorf("cloud calls %v", got)
+		}
+	})
+	t.Run("aws EKS Pod Identity", func(t *testing.T) {
+		f.clouds.AllowAWSPodIdentity(f.ns, "reflector-scan")
+		t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", f.clouds.AWSContainerCredentialsURL())
+		t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", f.tokenFile(t, "reflector-scan", testenv.AWSPodIdentityAudience))
+		c, _ := f.client()
+		before := len(f.clouds.Calls())
+		f.wantTags(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRHost, ""))
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"aws:pod-identity", "aws:ecr"}) {
+			t.Errorf("cloud calls %v", got)
+		}
+	})
+	t.Run("aws EKS Pod Identity refused", func(t *testing.T) {
+		f.serviceAccount(t, "not-associated", nil)
+		t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", f.clouds.AWSContainerCredentialsURL())
+		good := f.tokenFile(t, "reflector-scan", testenv.AWSPodIdentityAudience)
+		for _, tt := range []struct {
+			name, endpoint, tokenFile string
+			messages                  []string
+		}{
+			{"token for another audience", "", f.tokenFile(t, "reflector-scan", cloudauth.AWSAudience),
+				[]string{"EKS Pod Identity", "InvalidTokenException", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"}},
+			{"no association", "", f.tokenFile(t, "not-associated", testenv.AWSPodIdentityAudience),
+				[]string{"EKS Pod Identity", "ResourceNotFoundException", "pod identity association"}},
+			{"missing token file", "", filepath.Join(t.TempDir(), "missing"),
+				[]string{"EKS Pod Identity", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "no such file"}},
+			{"no agent", "http://" + testenv.Refusing(t) + "/v1/credentials", good,
+				[]string{"EKS Pod Identity", "did not answer", "connection refused", "EKS Pod Identity Agent add-on"}},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				if tt.endpoint != "" {
+					t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", tt.endpoint)
+				}
+				t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", tt.tokenFile)
+				c, _ := f.client()
+				before := len(f.clouds.Calls())
+				_, err := scan(t, c, f.kube, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRHost, ""))
+				wantError(t, err, v1.AuthenticationFailedReason, tt.messages...)
+				f.wantNoSecret(t, err.Error())
+				if got := f.clouds.Calls()[before:]; len(got) != 0 {
+					t.Errorf("cloud calls %v", got)
+				}
+			})
+		}
+	})
+	t.Run("aws China partition", func(t *testing.T) {
+		role := "arn:aws-cn:iam::123456789012:role/reflector-pull"
+		f.clouds.AllowAWSRole(role, f.ns, "reflector-scan")
+		t.Setenv("AWS_ROLE_ARN", role)
+		t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", f.tokenFile(t, "reflector-scan", cloudauth.AWSAudience))
+		// The SDK resolves the partition's own endpoints, sts and api.ecr in cn-north-1 under
+		// amazonaws.com.cn, which the proxy routes to the fakes; any other name it refuses.
+		t.Setenv("AWS_ENDPOINT_URL_STS", "")
+		t.Setenv("AWS_ENDPOINT_URL_ECR", "")
+		c, _ := f.client()
+		before := len(f.clouds.Calls())
+		f.wantTags(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRChinaHost, ""))
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"aws:sts@cn-north-1", "aws:ecr@cn-north-1"}) {
+			t.Errorf("cloud calls %v", got)
+		}
+	})
+	t.Run("aws China partition with EKS Pod Identity and endpoint overrides", func(t *testing.T) {
+		f.clouds.AllowAWSPodIdentity(f.ns, "reflector-scan")
+		t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", f.clouds.AWSContainerCredentialsURL())
+		t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", f.tokenFile(t, "reflector-scan", testenv.AWSPodIdentityAudience))
+		c, _ := f.client()
+		before := len(f.clouds.Calls())
+		// AWS_ENDPOINT_URL_ECR leads to loopback; the fake reads the region from the
+		// signature's credential scope and answers for that region's registry.
+		f.wantTags(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRChinaHost, ""))
+		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"aws:pod-identity", "aws:ecr@cn-north-1"}) {
 			t.Errorf("cloud calls %v", got)
 		}
 	})
@@ -210,6 +308,56 @@ func TestIntegrationCloudControllerLevel(t *testing.T) {
 			t.Errorf("cloud calls %v", got)
 		}
 	})
+	for _, cloud := range []struct {
+		host, authority string
+	}{
+		{testenv.ACRChinaHost, "login.chinacloudapi.cn"},
+		{testenv.ACRGovHost, "login.microsoftonline.us"},
+	} {
+		t.Run("azure workload identity in "+cloud.host, func(t *testing.T) {
+			f.clouds.AllowAzureIdentity(azureTenant, azureClient, f.ns, "reflector-scan", true)
+			t.Setenv("AZURE_FEDERATED_TOKEN_FILE", f.tokenFile(t, "reflector-scan", cloudauth.AzureAudience))
+			t.Setenv("AZURE_TENANT_ID", azureTenant)
+			t.Setenv("AZURE_CLIENT_ID", azureClient)
+			// Without AZURE_AUTHORITY_HOST the registry's cloud names the authority, which
+			// the proxy routes to the fake; it issues tokens for its own cloud's resource only.
+			t.Setenv("AZURE_AUTHORITY_HOST", "")
+			c, _ := f.client()
+			before := len(f.clouds.Calls())
+			f.wantTags(t, c, cloudRepository(f.ns, v1.AzureProvider, cloud.host, ""))
+			want := []string{"azure:token@" + cloud.authority, "azure:exchange@" + cloud.host}
+			if got := f.clouds.Calls()[before:]; !slices.Equal(got, want) {
+				t.Errorf("cloud calls %v, want %v", got, want)
+			}
+		})
+		t.Run("azure workload identity in "+cloud.host+" signing in at the public cloud", func(t *testing.T) {
+			f.clouds.AllowAzureIdentity(azureTenant, azureClient, f.ns, "reflector-scan", true)
+			t.Setenv("AZURE_FEDERATED_TOKEN_FILE", f.tokenFile(t, "reflector-scan", cloudauth.AzureAudience))
+			t.Setenv("AZURE_TENANT_ID", azureTenant)
+			t.Setenv("AZURE_CLIENT_ID", azureClient)
+			// As AKS's workload identity webhook sets it in the public cloud.
+			t.Setenv("AZURE_AUTHORITY_HOST", "https://login.microsoftonline.com/")
+			c, _ := f.client()
+			before := len(f.clouds.Calls())
+			_, err := scan(t, c, f.kube, cloudRepository(f.ns, v1.AzureProvider, cloud.host, ""))
+			wantError(t, err, v1.AuthenticationFailedReason, "AADSTS500011",
+				"AZURE_AUTHORITY_HOST https://login.microsoftonline.com/ is the authority of Azure's public cloud",
+				cloud.host+" is a registry of", "https://"+cloud.authority+"/")
+			f.wantNoSecret(t, err.Error())
+			if got := f.clouds.Calls()[before:]; len(got) != 0 {
+				t.Errorf("cloud calls %v", got)
+			}
+		})
+		t.Run("azure managed identity in "+cloud.host, func(t *testing.T) {
+			c, _ := f.client()
+			before := len(f.clouds.Calls())
+			f.wantTags(t, c, cloudRepository(f.ns, v1.AzureProvider, cloud.host, ""))
+			want := []string{"azure:msi", "azure:exchange@" + cloud.host}
+			if got := f.clouds.Calls()[before:]; !slices.Equal(got, want) {
+				t.Errorf("cloud calls %v, want %v", got, want)
+			}
+		})
+	}
 	t.Run("gcp metadata server", func(t *testing.T) {
 		c, _ := f.client()
 		before := len(f.clouds.Calls())
@@ -288,7 +436,7 @@ func TestIntegrationCloudFailures(t *testing.T) {
 			f.wantNoSecret(t, err.Error())
 		})
 	}
-	for _, reg := range []*testenv.Registry{f.clouds.ECR, f.clouds.ACR, f.clouds.GAR} {
+	for _, reg := range f.clouds.Registries() {
 		if n := reg.RequestCount(); n != 0 {
 			t.Errorf("%d requests reached a registry without credentials", n)
 		}
