@@ -98,6 +98,16 @@ func (f *cloudFixture) wantTags(t *testing.T, c *registry.Client, obj *v1.ImageR
 	}
 }
 
+// wantTagsThrough is wantTags, which must make exactly the cloud calls want.
+func (f *cloudFixture) wantTagsThrough(t *testing.T, c *registry.Client, obj *v1.ImageRepository, want ...string) {
+	t.Helper()
+	before := len(f.clouds.Calls())
+	f.wantTags(t, c, obj)
+	if got := f.clouds.Calls()[before:]; !slices.Equal(got, want) {
+		t.Errorf("cloud calls %v, want %v", got, want)
+	}
+}
+
 // wantNoSecret checks that no credential the fakes issued shows in msg.
 func (f *cloudFixture) wantNoSecret(t *testing.T, msg string) {
 	t.Helper()
@@ -158,11 +168,7 @@ func TestIntegrationCloudObjectLevel(t *testing.T) {
 		// routes to the fakes.
 		t.Setenv("AWS_ENDPOINT_URL_STS", "")
 		t.Setenv("AWS_ENDPOINT_URL_ECR", "")
-		before := len(f.clouds.Calls())
-		f.wantTags(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRChinaHost, "ecr-cn"))
-		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"aws:sts@cn-north-1", "aws:ecr@cn-north-1"}) {
-			t.Errorf("cloud calls %v", got)
-		}
+		f.wantTagsThrough(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRChinaHost, "ecr-cn"), "aws:sts@cn-north-1", "aws:ecr@cn-north-1")
 	})
 	t.Run("azure China", func(t *testing.T) {
 		// Without AZURE_AUTHORITY_HOST the registry's cloud names the Entra ID authority.
@@ -177,11 +183,7 @@ func TestIntegrationCloudObjectLevel(t *testing.T) {
 
 	t.Run("gcp on GKE without a provider annotation", func(t *testing.T) {
 		f.clouds.AllowGCPServiceAccount(gcpGSA, f.ns, "gke")
-		before := len(f.clouds.Calls())
-		f.wantTags(t, c, cloudRepository(f.ns, v1.GCPProvider, testenv.GARHost, "gke"))
-		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"gcp:sts", "gcp:impersonate"}) {
-			t.Errorf("cloud calls %v", got)
-		}
+		f.wantTagsThrough(t, c, cloudRepository(f.ns, v1.GCPProvider, testenv.GARHost, "gke"), "gcp:sts", "gcp:impersonate")
 	})
 }
 
@@ -208,11 +210,7 @@ func TestIntegrationCloudControllerLevel(t *testing.T) {
 		t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", f.clouds.AWSContainerCredentialsURL())
 		t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", f.tokenFile(t, "reflector-scan", testenv.AWSPodIdentityAudience))
 		c, _ := f.client()
-		before := len(f.clouds.Calls())
-		f.wantTags(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRHost, ""))
-		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"aws:pod-identity", "aws:ecr"}) {
-			t.Errorf("cloud calls %v", got)
-		}
+		f.wantTagsThrough(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRHost, ""), "aws:pod-identity", "aws:ecr")
 	})
 	t.Run("aws EKS Pod Identity refused", func(t *testing.T) {
 		f.serviceAccount(t, "not-associated", nil)
@@ -257,11 +255,7 @@ func TestIntegrationCloudControllerLevel(t *testing.T) {
 		t.Setenv("AWS_ENDPOINT_URL_STS", "")
 		t.Setenv("AWS_ENDPOINT_URL_ECR", "")
 		c, _ := f.client()
-		before := len(f.clouds.Calls())
-		f.wantTags(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRChinaHost, ""))
-		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"aws:sts@cn-north-1", "aws:ecr@cn-north-1"}) {
-			t.Errorf("cloud calls %v", got)
-		}
+		f.wantTagsThrough(t, c, cloudRepository(f.ns, v1.AWSProvider, testenv.ECRChinaHost, ""), "aws:sts@cn-north-1", "aws:ecr@cn-north-1")
 	})
 	t.Run("aws China partition with EKS Pod Identity and endpoint overrides", func(t *testing.T) {
 		f.clouds.AllowAWSPodIdentity(f.ns, "reflector-scan")
@@ -282,11 +276,7 @@ func TestIntegrationCloudControllerLevel(t *testing.T) {
 		t.Setenv("AZURE_TENANT_ID", azureTenant)
 		t.Setenv("AZURE_CLIENT_ID", azureClient)
 		c, _ := f.client()
-		before := len(f.clouds.Calls())
-		f.wantTags(t, c, cloudRepository(f.ns, v1.AzureProvider, testenv.ACRHost, ""))
-		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"azure:token", "azure:exchange"}) {
-			t.Errorf("cloud calls %v", got)
-		}
+		f.wantTagsThrough(t, c, cloudRepository(f.ns, v1.AzureProvider, testenv.ACRHost, ""), "azure:token", "azure:exchange")
 	})
 	t.Run("azure client secret", func(t *testing.T) {
 		f.clouds.AllowAzureSecret(azureTenant, "app-client", "app-secret")
@@ -294,19 +284,11 @@ func TestIntegrationCloudControllerLevel(t *testing.T) {
 		t.Setenv("AZURE_CLIENT_ID", "app-client")
 		t.Setenv("AZURE_CLIENT_SECRET", "app-secret")
 		c, _ := f.client()
-		before := len(f.clouds.Calls())
-		f.wantTags(t, c, cloudRepository(f.ns, v1.AzureProvider, testenv.ACRHost, ""))
-		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"azure:token", "azure:exchange"}) {
-			t.Errorf("cloud calls %v", got)
-		}
+		f.wantTagsThrough(t, c, cloudRepository(f.ns, v1.AzureProvider, testenv.ACRHost, ""), "azure:token", "azure:exchange")
 	})
 	t.Run("azure managed identity", func(t *testing.T) {
 		c, _ := f.client()
-		before := len(f.clouds.Calls())
-		f.wantTags(t, c, cloudRepository(f.ns, v1.AzureProvider, testenv.ACRHost, ""))
-		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"azure:msi", "azure:exchange"}) {
-			t.Errorf("cloud calls %v", got)
-		}
+		f.wantTagsThrough(t, c, cloudRepository(f.ns, v1.AzureProvider, testenv.ACRHost, ""), "azure:msi", "azure:exchange")
 	})
 	for _, cloud := range []struct {
 		host, authority string
@@ -360,22 +342,14 @@ func TestIntegrationCloudControllerLevel(t *testing.T) {
 	}
 	t.Run("gcp metadata server", func(t *testing.T) {
 		c, _ := f.client()
-		before := len(f.clouds.Calls())
-		f.wantTags(t, c, cloudRepository(f.ns, v1.GCPProvider, testenv.GARHost, ""))
-		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"gcp:metadata"}) {
-			t.Errorf("cloud calls %v", got)
-		}
+		f.wantTagsThrough(t, c, cloudRepository(f.ns, v1.GCPProvider, testenv.GARHost, ""), "gcp:metadata")
 	})
 	t.Run("gcp external account", func(t *testing.T) {
 		f.clouds.AllowGCPServiceAccount(gcpGSA, f.ns, "reflector-scan")
 		token := f.tokenFile(t, "reflector-scan", "https://iam.googleapis.com/"+gcpWIP)
 		t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", f.clouds.GCPExternalAccount(t, gcpWIP, gcpGSA, token))
 		c, _ := f.client()
-		before := len(f.clouds.Calls())
-		f.wantTags(t, c, cloudRepository(f.ns, v1.GCPProvider, testenv.GARHost, ""))
-		if got := f.clouds.Calls()[before:]; !slices.Equal(got, []string{"gcp:sts", "gcp:impersonate"}) {
-			t.Errorf("cloud calls %v", got)
-		}
+		f.wantTagsThrough(t, c, cloudRepository(f.ns, v1.GCPProvider, testenv.GARHost, ""), "gcp:sts", "gcp:impersonate")
 	})
 }
 
