@@ -25,8 +25,10 @@ type target struct {
 	// answers it.
 	tags []string
 	full bool
-	// annotated is the object as the annotation patch returned it, which the scan starts from.
+	// annotated is the object as the annotation patch returned it, which the scan starts from;
+	// sent is when that patch was sent.
 	annotated *v1.ImageRepository
+	sent      time.Time
 }
 
 func (t target) object() Object { return Object{Namespace: t.namespace, Name: t.name} }
@@ -102,11 +104,13 @@ func (r *Receiver) annotate(ctx context.Context, targets []target) ([]target, er
 	errs := make([]error, len(targets))
 	gone := make([]bool, len(targets))
 	annotated := make([]*v1.ImageRepository, len(targets))
+	sent := make([]time.Time, len(targets))
 	var g errgroup.Group
 	g.SetLimit(annotateConcurrency)
 	for i, t := range targets {
 		g.Go(func() error {
 			var err error
+			sent[i] = time.Now()
 			annotated[i], err = r.kube.Repositories.RequestReconcile(ctx, t.namespace, t.name, token)
 			switch {
 			case apierrors.IsNotFound(err):
@@ -134,7 +138,7 @@ func (r *Receiver) annotate(ctx context.Context, targets []target) ([]target, er
 			}
 			continue
 		}
-		t.annotated = annotated[i]
+		t.annotated, t.sent = annotated[i], sent[i]
 		done = append(done, t)
 	}
 	return done, first

@@ -28,6 +28,8 @@ import (
 type Scanner interface {
 	Scan(ctx context.Context, namespace, name string, hint *reconcile.Hint) (reconcile.ScanOutcome, error)
 	ScanObject(ctx context.Context, repo *v1.ImageRepository, hint *reconcile.Hint) (reconcile.ScanOutcome, error)
+	// ScanRecorded scans repo as the caller's reconcile-request patch, sent at sent, returned it.
+	ScanRecorded(ctx context.Context, repo *v1.ImageRepository, hint *reconcile.Hint, sent time.Time) (reconcile.ScanOutcome, error)
 	// Join adds a request to a scan already collected for the repository when a request
 	// recorded in the object is among its own, and reports whether it did; the caller then
 	// records nothing and scans nothing.
@@ -129,11 +131,11 @@ func (r *Receiver) Shutdown(ctx context.Context) error {
 	}
 }
 
-// scanLater scans namespace/name in the background, within timeout and in the trace of req,
-// so that the sender of the event is not kept waiting on the registry; from read, when it is the
-// object as just read or written. It reports false when the Receiver is shutting down and the
-// scan is left to the cron reconciler.
-func (r *Receiver) scanLater(req context.Context, namespace, name string, read *v1.ImageRepository, hint *reconcile.Hint, timeout time.Duration) bool {
+// scanLater scans the annotated target t in the background, within its timeout and in the
+// trace of req, so that the sender of the event is not kept waiting on the registry; from the
+// object its annotation patch returned. It reports false when the Receiver is shutting down and
+// the scan is left to the cron reconciler.
+func (r *Receiver) scanLater(req context.Context, t target) bool {
 	r.mu.Lock()
 	if r.closing {
 		r.mu.Unlock()
@@ -143,17 +145,17 @@ func (r *Receiver) scanLater(req context.Context, namespace, name string, read *
 	r.mu.Unlock()
 	go func() {
 		defer r.inFlight.Done()
-		ctx, cancel := context.WithTimeout(trace.Copy(r.base, req), timeout)
+		ctx, cancel := context.WithTimeout(trace.Copy(r.base, req), t.timeout)
 		defer cancel()
-		if _, err := r.scan(ctx, namespace, name, read, hint); err != nil {
+		if _, err := r.scanner.ScanRecorded(ctx, t.annotated, t.hint(), t.sent); err != nil {
 			r.cfg.log.WarnContext(ctx, "background scan failed; the cron reconciler retries it",
-				"namespace", namespace, "name", name, "error", redact.String(err.Error()))
+				"namespace", t.namespace, "name", t.name, "error", redact.String(err.Error()))
 		}
 	}()
 	return true
 }
 
-// scan scans namespace/name, from read when it is the object as just read or written.
+// scan scans namespace/name, from read when it is the object as just read.
 func (r *Receiver) scan(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *reconcile.Hint) (reconcile.ScanOutcome, error) {
 	if read != nil {
 		return r.scanner.ScanObject(ctx, read, hint)

@@ -224,7 +224,7 @@ func (r *Receiver) deliver(ctx context.Context, key, namespace string, evs []web
 // scanAll starts the background scans of annotated targets, in the trace of ctx.
 func (r *Receiver) scanAll(ctx context.Context, targets []target) {
 	for _, t := range targets {
-		r.scanLater(ctx, t.namespace, t.name, t.annotated, t.hint(), t.timeout)
+		r.scanLater(ctx, t)
 	}
 }
 

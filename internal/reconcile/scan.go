@@ -107,18 +107,19 @@ type pending struct {
 	trace context.Context
 	// first and last are when the first and the latest of the collected requests arrived.
 	first, last time.Time
-	// handling is the reconcile-request token of the object the running scan works from, once
-	// it has the object; recorded is the token of a collected request that its object carried
-	// unhandled. See Join.
-	handling, recorded string
+	// read is when the running scan had its object; zero until it has. recorded is the latest
+	// time at which a collected request's own reconcile-request patch was sent. See joinable.
+	read, recorded time.Time
 }
 
 // joinable tells whether a request may join the collected ones without recording its own: the
-// follow-up scan has not started, and one of its requests is recorded with a token that the
-// running scan does not handle, so the object keeps that request unhandled until the follow-up
-// scan, which starts after the join, handles it.
+// follow-up scan has not started, and one of its requests was recorded by a patch sent after
+// the running scan had its object. That patch reached the apiserver after the object the
+// running scan works from was read, so the running scan does not mark its request handled, and
+// the object keeps a request unhandled until a scan that starts later, the follow-up, handles
+// it.
 func (p *pending) joinable() bool {
-	return p.requested && p.recorded != "" && p.handling != "" && p.recorded != p.handling
+	return p.requested && !p.read.IsZero() && p.recorded.After(p.read)
 }
 
 // Scan scans namespace/name. With a hint it may add the pushed tags incrementally; without one
@@ -126,21 +127,28 @@ func (p *pending) joinable() bool {
 // one follow-up scan and Scan returns at once. A follow-up that lists pushed tags waits until
 // requests stop arriving (see burstQuiet), so that a burst of pushes costs one listing.
 func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) (ScanOutcome, error) {
-	return s.run(ctx, namespace, name, nil, hint)
+	return s.run(ctx, namespace, name, nil, hint, time.Time{})
 }
 
 // ScanObject is Scan of repo, as the caller has just read or written it: the scan uses it instead
 // of reading the object again. A follow-up scan reads the object afresh.
 func (s *Scanner) ScanObject(ctx context.Context, repo *v1.ImageRepository, hint *Hint) (ScanOutcome, error) {
-	return s.run(ctx, repo.Namespace, repo.Name, repo, hint)
+	return s.run(ctx, repo.Namespace, repo.Name, repo, hint, time.Time{})
+}
+
+// ScanRecorded is ScanObject of repo as the caller's own reconcile-request patch, sent at sent
+// (taken before the request went out), returned it: a request recorded in the object, which
+// later requests may join (Join).
+func (s *Scanner) ScanRecorded(ctx context.Context, repo *v1.ImageRepository, hint *Hint, sent time.Time) (ScanOutcome, error) {
+	return s.run(ctx, repo.Namespace, repo.Name, repo, hint, sent)
 }
 
 // Join merges a request for namespace/name into the follow-up scan already collected for it,
-// when a request recorded in the object is among those collected (see pending.joinable), and
-// reports whether it did. A joined request needs no record of its own: the follow-up scan starts
-// after the join, and when the process stops before it does, the recorded request that the
-// object still carries unhandled makes the cron reconciler scan. When Join reports false, the
-// caller records the request and calls Scan or ScanObject.
+// when a request recorded in the object after the running scan read it is among those collected
+// (see pending.joinable), and reports whether it did. A joined request needs no record of its
+// own: the follow-up scan starts after the join, and when the process stops before it does, the
+// request that the object still carries unhandled makes the cron reconciler scan. When Join
+// reports false, the caller records the request and calls ScanRecorded.
 func (s *Scanner) Join(ctx context.Context, namespace, name string, hint *Hint) bool {
 	s.mu.Lock()
 	p, ok := s.running[StoreKey(namespace, name)]
@@ -167,10 +175,11 @@ func (s *Scanner) collect(ctx context.Context, p *pending, hint *Hint) {
 	p.last = now
 }
 
-// handle records, once a scan has its object, the request token that scan handles.
-func (s *Scanner) handle(p *pending, repo *v1.ImageRepository) {
+// haveObject records that the running scan has its object, at a time no earlier than when it
+// was read.
+func (s *Scanner) haveObject(p *pending) {
 	s.mu.Lock()
-	p.handling = repo.Annotations[v1.ReconcileRequestAnnotation]
+	p.read = time.Now()
 	s.mu.Unlock()
 }
 
@@ -182,8 +191,9 @@ func (s *Scanner) Warm() {
 	}
 }
 
-// run scans namespace/name, starting from read when it is not nil.
-func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint) (ScanOutcome, error) {
+// run scans namespace/name, starting from read when it is not nil; sent is when the request's
+// own reconcile-request patch was sent, zero for a request that did not record itself.
+func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint, sent time.Time) (ScanOutcome, error) {
 	key := StoreKey(namespace, name)
 	s.mu.Lock()
 	if s.running == nil {
@@ -191,8 +201,8 @@ func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.Imag
 	}
 	if p, ok := s.running[key]; ok {
 		s.collect(ctx, p, hint)
-		if token := unhandled(read); token != "" {
-			p.recorded = token
+		if sent.After(p.recorded) {
+			p.recorded = sent
 		}
 		s.mu.Unlock()
 		s.log().InfoContext(ctx, "scan", "namespace", namespace, "name", name, "skipped", SkippedCoalesced)
@@ -219,7 +229,7 @@ func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.Imag
 		hint = p.hint
 		ctx = trace.Copy(ctx, p.trace)
 		p.requested, p.hint, p.trace = false, nil, nil
-		p.handling, p.recorded = "", ""
+		p.read, p.recorded = time.Time{}, time.Time{}
 		s.mu.Unlock()
 	}
 }
@@ -283,19 +293,6 @@ func (s *Scanner) lists(hint *Hint, count int) bool {
 // requests than confirming them one by one in any repository of up to 200,000 tags
 // (registry.DefaultMaxTags) listed at 1,000 tags a page, and the hint keeps only the latest.
 const MaxHintTags = 256
-
-// unhandled returns the reconcile-request token that repo carries and its status does not
-// report handled; "" when there is none or repo is nil.
-func unhandled(repo *v1.ImageRepository) string {
-	if repo == nil {
-		return ""
-	}
-	token := repo.Annotations[v1.ReconcileRequestAnnotation]
-	if token == repo.Status.LastHandledReconcileAt {
-		return ""
-	}
-	return token
-}
 
 // mergeHints joins a waiting request with a new one: a full listing absorbs any hint. Of the
 // tags, the latest MaxHintTags are kept and the others counted.
@@ -387,7 +384,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		return out, fmt.Errorf("reading ImageRepository %s: %w", key, err)
 	}
 	repo = got
-	s.handle(p, repo)
+	s.haveObject(p)
 	if !repo.DeletionTimestamp.IsZero() {
 		return s.finalize(ctx, repo)
 	}

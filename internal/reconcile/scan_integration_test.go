@@ -322,9 +322,9 @@ func TestScanIntegrationCoalescing(t *testing.T) {
 	}
 }
 
-// A request joins a collected follow-up scan without a record of its own only when a request
-// recorded in the object, and not the one the running scan handles, is among those collected;
-// the follow-up then scans the joined request's tag.
+// A request joins a collected follow-up scan without a record of its own only when one of the
+// requests collected was recorded by a patch sent after the running scan had its object; the
+// follow-up then scans the joined request's tag.
 func TestScanIntegrationJoin(t *testing.T) {
 	f := newScanFixture(t)
 	ctx := context.Background()
@@ -334,20 +334,27 @@ func TestScanIntegrationJoin(t *testing.T) {
 	if f.scanner.Join(ctx, f.ns, "join", pushed) {
 		t.Fatal("joined with no scan running")
 	}
-	annotate := func(token string) *v1.ImageRepository {
+	annotate := func(token string) (*v1.ImageRepository, time.Time) {
 		t.Helper()
+		sent := time.Now()
 		obj, err := f.kube.Repositories.RequestReconcile(ctx, f.ns, "join", token)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return obj
+		return obj, sent
+	}
+	coalesced := func(repo *v1.ImageRepository, sent time.Time) {
+		t.Helper()
+		if out, err := f.scanner.ScanRecorded(ctx, repo, nil, sent); err != nil || out.Skipped != reconcile.SkippedCoalesced {
+			t.Fatalf("%+v, %v", out, err)
+		}
 	}
 	release := make(chan struct{})
 	f.reg.Inject(testenv.RegistryHeld(release).On("/tags/list"))
-	first := annotate("first")
+	first, firstSent := annotate("first")
 	done := make(chan error, 1)
 	go func() {
-		_, err := f.scanner.ScanObject(ctx, first, nil)
+		_, err := f.scanner.ScanRecorded(ctx, first, nil, firstSent)
 		done <- err
 	}()
 	testenv.Eventually(t, 30*time.Second, func() error {
@@ -357,23 +364,23 @@ func TestScanIntegrationJoin(t *testing.T) {
 		return nil
 	})
 
-	// The only recorded request collected is the one the running scan handles: once that scan
-	// writes it handled, nothing would remind the cron reconciler of a joined request.
+	// Requests that recorded nothing, or whose patch went out before the running scan had its
+	// object, may be the running scan's own: once it writes them handled, nothing would remind
+	// the cron reconciler of a joined request.
 	if out, err := f.scanner.ScanObject(ctx, first, nil); err != nil || out.Skipped != reconcile.SkippedCoalesced {
 		t.Fatalf("%+v, %v", out, err)
 	}
+	coalesced(first, firstSent)
 	if f.scanner.Join(ctx, f.ns, "join", pushed) {
-		t.Error("joined a follow-up whose only recorded request is the running scan's")
+		t.Error("joined a follow-up with no request recorded after the running scan read the object")
 	}
 
-	// A request recorded after the running scan read its object keeps the object unhandled
+	// A request recorded after the running scan had its object keeps the object unhandled
 	// until the follow-up scan.
-	if out, err := f.scanner.ScanObject(ctx, annotate("second"), nil); err != nil || out.Skipped != reconcile.SkippedCoalesced {
-		t.Fatalf("%+v, %v", out, err)
-	}
+	coalesced(annotate("second"))
 	f.reg.Push(t, "join", "1.1.0")
 	if !f.scanner.Join(ctx, f.ns, "join", pushed) {
-		t.Fatal("did not join a follow-up with a request recorded in the object")
+		t.Fatal("did not join a follow-up with a request recorded after the running scan's read")
 	}
 	close(release)
 	if err := <-done; err != nil {
