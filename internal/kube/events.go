@@ -7,7 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/tools/reference"
 
@@ -36,7 +35,7 @@ func PostingTo(p *fluxevent.Poster) RecorderOption {
 // NewRecorder returns a Recorder that writes Events through c as component.
 func NewRecorder(c *Client, component string, opts ...RecorderOption) *Recorder {
 	b := record.NewBroadcaster()
-	b.StartRecordingToSink(eventSink{rest: c.core})
+	b.StartRecordingToSink(eventSink{events: c.Events})
 	r := &Recorder{
 		broadcaster: b,
 		recorder:    b.NewRecorder(Scheme, corev1.EventSource{Component: component}),
@@ -94,31 +93,26 @@ func (r *Recorder) Shutdown() {
 // longer exists should create it anew. The broadcaster passes no context, as to client-go's
 // own sink: only the REST client's timeout, when it has one, bounds a call.
 type eventSink struct {
-	rest rest.Interface
+	events *Objects[*corev1.Event, *corev1.EventList]
 }
 
 var _ record.EventSink = eventSink{}
 
 // Create writes a new Event.
 func (s eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	err := s.rest.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(context.Background()).Into(out)
-	return out, err
+	return s.events.Create(context.Background(), e)
 }
 
 // Update replaces an Event the broadcaster wrote before.
 func (s eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
-	out := &corev1.Event{}
-	err := s.rest.Put().Namespace(e.Namespace).Resource("events").Name(e.Name).Body(e).
-		Do(context.Background()).Into(out)
-	return out, err
+	return s.events.Update(context.Background(), e)
 }
 
 // Patch applies the broadcaster's strategic merge patch (a new count, message and last time) to
-// the Event it wrote before.
+// the Event it wrote before. Objects.Patch wraps its errors, so the request is made here.
 func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
 	out := &corev1.Event{}
-	err := s.rest.Patch(types.StrategicMergePatchType).Namespace(e.Namespace).Resource("events").
+	err := s.events.rest.Patch(types.StrategicMergePatchType).Namespace(e.Namespace).Resource(s.events.resource).
 		Name(e.Name).Body(data).Do(context.Background()).Into(out)
 	return out, err
 }
