@@ -30,9 +30,9 @@ type Scanner interface {
 	ScanObject(ctx context.Context, repo *v1.ImageRepository, hint *reconcile.Hint) (reconcile.ScanOutcome, error)
 	// ScanRecorded scans repo as the caller's reconcile-request patch, sent at sent, returned it.
 	ScanRecorded(ctx context.Context, repo *v1.ImageRepository, hint *reconcile.Hint, sent time.Time) (reconcile.ScanOutcome, error)
-	// Join adds a request to a scan already collected for the repository when a request
-	// recorded in the object is among its own, and reports whether it did; the caller then
-	// records nothing and scans nothing.
+	// Join adds a request to a follow-up scan already collected for the repository when one of
+	// its requests was recorded after the running scan read the object, and reports whether it
+	// did; the caller then records nothing and scans nothing.
 	Join(ctx context.Context, namespace, name string, hint *reconcile.Hint) bool
 	// Warm readies what the scans need while the delivery is being recorded.
 	Warm()

@@ -190,9 +190,9 @@ func (r *Receiver) deliver(ctx context.Context, key, namespace string, evs []web
 		res.skipped = metrics.WebhookNoMatch
 		return res.with(http.StatusOK, "no ImageRepository matches "+eventKeys(evs))
 	}
-	// A target whose follow-up scan is already collected, with a request recorded in the
-	// object, takes this request without a patch: a stream of pushes into one repository costs
-	// one patch per scan instead of one per delivery.
+	// A target whose follow-up scan is already collected, behind a request recorded after the
+	// running scan read the object (Scanner.Join), takes this request without a patch: a stream
+	// of pushes into one repository costs one patch per scan instead of one per delivery.
 	targets = slices.DeleteFunc(targets, func(t target) bool {
 		if r.scanner.Join(ctx, t.namespace, t.name, t.hint()) {
 			res.joined = append(res.joined, t)
