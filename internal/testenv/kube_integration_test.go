@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,22 +21,9 @@ func TestStartRetriesTakenPortsIntegration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: starts etcd and kube-apiserver; run it without -short")
 	}
-	taken, err := ListenLow()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
-	takenPort := taken.Addr().(*net.TCPAddr).Port
 	// Start asks for etcd's client and peer ports, twice since the first client port is
 	// taken, then for kube-apiserver's.
-	calls := 0
-	pickPort = func() (int, error) {
-		if calls++; calls == 1 || calls == 5 {
-			return takenPort, nil
-		}
-		return PortForProcess()
-	}
-	t.Cleanup(func() { pickPort = PortForProcess })
+	takenPort, picks := pickTakenAt(t, 1, 5)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -59,8 +47,8 @@ func TestStartRetriesTakenPortsIntegration(t *testing.T) {
 	if _, err := env.Clientset().Discovery().ServerVersion(); err != nil {
 		t.Errorf("the apiserver started on another port does not answer: %v", err)
 	}
-	if calls != 6 {
-		t.Errorf("%d ports picked, want 6", calls)
+	if *picks != 6 {
+		t.Errorf("%d ports picked, want 6", *picks)
 	}
 }
 
@@ -74,21 +62,8 @@ func TestStartKnativeRetriesATakenWebhookPortIntegration(t *testing.T) {
 	if _, _, err := KnativeBinDir("serving"); err != nil {
 		t.Skipf("Knative serving is not built: %v", err)
 	}
-	taken, err := ListenLow()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
-	takenPort := taken.Addr().(*net.TCPAddr).Port
 	// Start picks three ports (etcd's two, kube-apiserver's); the fourth is the webhook's.
-	calls := 0
-	pickPort = func() (int, error) {
-		if calls++; calls == 4 {
-			return takenPort, nil
-		}
-		return PortForProcess()
-	}
-	t.Cleanup(func() { pickPort = PortForProcess })
+	takenPort, _ := pickTakenAt(t, 4)
 	env, _ := KnativeEnv(t, KnativeOptions{Serving: true})
 	b, err := os.ReadFile(filepath.Join(env.Dir, "knative-serving-webhook.log"))
 	if err != nil {
@@ -104,4 +79,25 @@ func TestStartKnativeRetriesATakenWebhookPortIntegration(t *testing.T) {
 	if p := svc.Spec.Ports[0].Port; int(p) == takenPort {
 		t.Errorf("the webhook Service still names the taken port %d", p)
 	}
+}
+
+// pickTakenAt makes the port picks numbered at (from 1) hand out a port that a listener of the
+// test holds, until the test ends, and returns that port and the count of picks so far.
+func pickTakenAt(t *testing.T, at ...int) (int, *int) {
+	t.Helper()
+	taken, err := ListenLow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { taken.Close() })
+	port := taken.Addr().(*net.TCPAddr).Port
+	picks := 0
+	pickPort = func() (int, error) {
+		if picks++; slices.Contains(at, picks) {
+			return port, nil
+		}
+		return PortForProcess()
+	}
+	t.Cleanup(func() { pickPort = PortForProcess })
+	return port, &picks
 }
