@@ -119,7 +119,9 @@ func BenchmarkHandover(b *testing.B) {
 			for range readers {
 				helpers = append(helpers, startHelper(b, "reader", dir, ""))
 			}
-			time.Sleep(200 * time.Millisecond)
+			for _, h := range helpers {
+				h.next() // each reader has read once: the writes contend with all of them
+			}
 			var lat []time.Duration
 			timeouts := 0
 			g := 1

@@ -106,6 +106,10 @@ func readerRole(dir string) int {
 			return fail("reader: ns/add lost tags: %d after %d", len(a.Tags), lastAdded)
 		}
 		lastAdded = len(a.Tags)
+		if reads == 1 {
+			// Tells the parent that this reader holds or contends for the directory now.
+			fmt.Println("reading")
+		}
 	}
 	if err := s.Close(); err != nil {
 		return fail("reader close: %v", err)
@@ -191,18 +195,17 @@ func endSession(s *Store) {
 	s.opts.linger = 0
 	s.mu.Unlock()
 	s.wake()
-	for {
-		s.mu.Lock()
-		idle := s.state == stateIdle
-		if idle {
-			s.opts.linger = linger
-		}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.state != stateIdle {
+		ch := s.changed
+		s.waiters++
 		s.mu.Unlock()
-		if idle {
-			return
-		}
-		time.Sleep(time.Millisecond)
+		<-ch
+		s.mu.Lock()
+		s.waiters--
 	}
+	s.opts.linger = linger
 }
 
 // peakRSS reads the process's peak resident set size in KiB.
