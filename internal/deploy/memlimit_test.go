@@ -6,17 +6,21 @@ import (
 	"github.com/imagereflector/reflector/internal/stack"
 )
 
-// The functions run under the memory limit of knative/ in the stack too, so that the stack's
-// benchmarks measure the memory the manifests give them.
-func TestFunctionsRunUnderTheStacksMemoryLimit(t *testing.T) {
+// The functions run with the memory limit and collector target of knative/ in the stack too, so
+// that the stack's benchmarks measure the memory and latency the manifests give them.
+func TestFunctionsRunWithTheStacksMemorySettings(t *testing.T) {
 	seen := 0
 	for _, obj := range build(t, placeholderImages()) {
 		if obj.GetKind() != "Service" || obj.GetAPIVersion() != "serving.knative.dev/v1" {
 			continue
 		}
 		seen++
-		if got := containerEnv(obj)["GOMEMLIMIT"]; got != stack.FunctionMemoryLimit {
+		env := containerEnv(obj)
+		if got := env["GOMEMLIMIT"]; got != stack.FunctionMemoryLimit {
 			t.Errorf("%s: GOMEMLIMIT %q, want the stack's %q", obj.GetName(), got, stack.FunctionMemoryLimit)
+		}
+		if got := env["GOGC"]; got != stack.FunctionGCPercent {
+			t.Errorf("%s: GOGC %q, want the stack's %q", obj.GetName(), got, stack.FunctionGCPercent)
 		}
 	}
 	if seen != 3 {

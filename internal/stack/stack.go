@@ -393,13 +393,13 @@ func (s *Stack) command(c string) (*exec.Cmd, ready, error) {
 		cmd.Env = append(env, "PORT="+strconv.Itoa(s.opts.Ports.Scan),
 			"REFLECTOR_CLOUDEVENTS_PORT="+strconv.Itoa(s.opts.Ports.ScanEvents),
 			"REFLECTOR_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(s.opts.Ports.ScanMetrics),
-			"REFLECTOR_STORE_DIR="+filepath.Join(d, "store"), "K_SINK="+s.PolicyURL, "GOMEMLIMIT="+FunctionMemoryLimit)
+			"REFLECTOR_STORE_DIR="+filepath.Join(d, "store"), "K_SINK="+s.PolicyURL, "GOMEMLIMIT="+FunctionMemoryLimit, "GOGC="+FunctionGCPercent)
 		return cmd, answers(s.ScanURL + "/healthz"), nil
 	case Policy:
 		cmd := exec.Command(filepath.Join(s.bins, "policy"))
 		cmd.Env = append(env, "PORT="+strconv.Itoa(s.opts.Ports.Policy),
 			"REFLECTOR_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(s.opts.Ports.PolicyMetrics),
-			"REFLECTOR_STORE_DIR="+filepath.Join(d, "store"), "GOMEMLIMIT="+FunctionMemoryLimit)
+			"REFLECTOR_STORE_DIR="+filepath.Join(d, "store"), "GOMEMLIMIT="+FunctionMemoryLimit, "GOGC="+FunctionGCPercent)
 		return cmd, answers(s.PolicyURL + "/healthz"), nil
 	case Cron:
 		cmd := exec.Command(filepath.Join(s.bins, "cron"), "--every="+s.opts.CronEvery.String(),
@@ -418,6 +418,9 @@ func (s *Stack) command(c string) (*exec.Cmd, ready, error) {
 
 // FunctionMemoryLimit is the functions' soft memory limit (GOMEMLIMIT), as knative/ sets it.
 const FunctionMemoryLimit = "32MiB"
+
+// FunctionGCPercent is the functions' garbage-collector target (GOGC), as knative/ sets it.
+const FunctionGCPercent = "400"
 
 // adapter returns the command of an ApiServerSource receive adapter that sends the add, update
 // and delete events of one resource of image.toolkit.fluxcd.io/v1 in every namespace to sink,
