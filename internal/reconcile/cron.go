@@ -95,14 +95,7 @@ func (p *Pass) Run(ctx context.Context) (Summary, error) {
 }
 
 func (p *Pass) run(ctx context.Context) (Summary, error) {
-	now := time.Now
-	if p.Now != nil {
-		now = p.Now
-	}
-	log := p.Log
-	if log == nil {
-		log = slog.Default()
-	}
+	now, log := clock(p.Now), logger(p.Log)
 	start := now()
 	w := Window{Now: start, Period: p.Period}
 	var sum Summary

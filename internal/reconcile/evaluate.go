@@ -129,7 +129,7 @@ type policyInputs struct {
 // evaluator's own work (the API server or the tag store unreachable), after which the request
 // should be delivered again.
 func (e *Evaluator) Evaluate(ctx context.Context, namespace, name string) (PolicyOutcome, error) {
-	start := e.now()
+	start := clock(e.Now)()
 	pol, err := e.Kube.Policies.Get(ctx, namespace, name)
 	if apierrors.IsNotFound(err) {
 		e.forget(namespace, name)
@@ -147,7 +147,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, namespace, name string) (Polic
 
 // logged finishes an outcome with its duration, records it in the reconcile metric and logs it.
 func (e *Evaluator) logged(ctx context.Context, out PolicyOutcome, start time.Time, err error) (PolicyOutcome, error) {
-	out.Duration = e.now().Sub(start)
+	out.Duration = clock(e.Now)().Sub(start)
 	if out.Result == "" {
 		// Only the evaluator's own failures return before deciding a result.
 		out.Result = PolicyFailed
@@ -175,9 +175,9 @@ func (e *Evaluator) logged(ctx context.Context, out PolicyOutcome, start time.Ti
 	if err != nil {
 		// The error goes on to callers that log it and answer with it.
 		err = redact.Error(err)
-		e.log().ErrorContext(ctx, "evaluated ImagePolicy", append(attrs, "error", err)...)
+		logger(e.Log).ErrorContext(ctx, "evaluated ImagePolicy", append(attrs, "error", err)...)
 	} else {
-		e.log().InfoContext(ctx, "evaluated ImagePolicy", attrs...)
+		logger(e.Log).InfoContext(ctx, "evaluated ImagePolicy", attrs...)
 	}
 	return out, err
 }
@@ -338,7 +338,7 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 		data := events.LatestChanged{Namespace: pol.Namespace, Name: pol.Name, Previous: out.Previous, Latest: latest}
 		if err := e.Sink.Send(ctx, events.TypeLatestChanged, pol.Namespace+"/"+pol.Name, data); err != nil {
 			// The status holds the change; the sink's consumers catch up from it.
-			e.log().WarnContext(ctx, "announcing a new latest image", "namespace", pol.Namespace, "name", pol.Name,
+			logger(e.Log).WarnContext(ctx, "announcing a new latest image", "namespace", pol.Namespace, "name", pol.Name,
 				"latest", latest.String(), "error", err)
 		}
 	}
@@ -432,18 +432,4 @@ func (e *Evaluator) forget(namespace, name string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.done, StoreKey(namespace, name))
-}
-
-func (e *Evaluator) now() time.Time {
-	if e.Now != nil {
-		return e.Now()
-	}
-	return time.Now()
-}
-
-func (e *Evaluator) log() *slog.Logger {
-	if e.Log != nil {
-		return e.Log
-	}
-	return slog.Default()
 }

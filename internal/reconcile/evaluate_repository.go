@@ -116,7 +116,7 @@ func (e *Evaluator) evaluateAll(ctx context.Context, w *policyWorld, pols []*v1.
 		started++
 		// Errors are kept per policy: one failed evaluation does not stop the others.
 		g.Go(func() error {
-			start := e.now()
+			start := clock(e.Now)()
 			out, err := e.evaluateFresh(ctx, w, pol)
 			outs[i], errs[i] = e.logged(ctx, out, start, err)
 			w.release(repoKey(pol))

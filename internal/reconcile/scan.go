@@ -158,7 +158,7 @@ func (s *Scanner) Join(ctx context.Context, namespace, name string, hint *Hint) 
 	}
 	s.collect(ctx, p, hint)
 	s.mu.Unlock()
-	s.log().InfoContext(ctx, "scan", "namespace", namespace, "name", name, "skipped", SkippedCoalesced)
+	logger(s.Log).InfoContext(ctx, "scan", "namespace", namespace, "name", name, "skipped", SkippedCoalesced)
 	return true
 }
 
@@ -205,7 +205,7 @@ func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.Imag
 			p.recorded = sent
 		}
 		s.mu.Unlock()
-		s.log().InfoContext(ctx, "scan", "namespace", namespace, "name", name, "skipped", SkippedCoalesced)
+		logger(s.Log).InfoContext(ctx, "scan", "namespace", namespace, "name", name, "skipped", SkippedCoalesced)
 		return ScanOutcome{Skipped: SkippedCoalesced}, nil
 	}
 	p := &pending{}
@@ -316,30 +316,17 @@ func mergeHints(waiting bool, a, b *Hint) *Hint {
 	return &Hint{Tags: tags, More: more}
 }
 
-func (s *Scanner) now() time.Time {
-	if s.Now != nil {
-		return s.Now()
-	}
-	return time.Now()
-}
-
-func (s *Scanner) log() *slog.Logger {
-	if s.Log != nil {
-		return s.Log
-	}
-	return slog.Default()
-}
-
 func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint, p *pending) (out ScanOutcome, err error) {
-	start := s.now()
+	now := clock(s.Now)
+	start := now()
 	key := StoreKey(namespace, name)
 	var repo *v1.ImageRepository
 	defer func() {
 		if repo != nil {
 			metrics.RecordReconcile(metrics.KindImageRepository, namespace, name, repo.Spec.Suspend,
-				!repo.DeletionTimestamp.IsZero(), s.now().Sub(start))
+				!repo.DeletionTimestamp.IsZero(), now().Sub(start))
 		}
-		attrs := []any{"namespace", namespace, "name", name, "duration", s.now().Sub(start)}
+		attrs := []any{"namespace", namespace, "name", name, "duration", now().Sub(start)}
 		if out.Skipped != "" {
 			attrs = append(attrs, "skipped", out.Skipped)
 			if out.Finalized {
@@ -362,10 +349,10 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 			// The error goes on to callers that log it and answer with it.
 			err = redact.Error(err)
 			attrs = append(attrs, "error", err)
-			s.log().ErrorContext(ctx, "scan", attrs...)
+			logger(s.Log).ErrorContext(ctx, "scan", attrs...)
 			return
 		}
-		s.log().InfoContext(ctx, "scan", attrs...)
+		logger(s.Log).InfoContext(ctx, "scan", attrs...)
 	}()
 
 	got, err := read, error(nil)
@@ -446,7 +433,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 			return s.fail(ctx, repo, token, registry.Reason(err), registry.Stalled(err), err)
 		}
 		tags := listed(ctx, sc, res, recheck)
-		if entry, written, err = s.Store.Put(ctx, key, id, tags, s.now()); err != nil {
+		if entry, written, err = s.Store.Put(ctx, key, id, tags, now()); err != nil {
 			return out, fmt.Errorf("storing the tags of %s: %w", key, err)
 		}
 	}
@@ -475,7 +462,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 			data := events.TagsChanged{Namespace: namespace, Name: name, Revision: entry.Revision}
 			if err := s.Sink.Send(ctx, events.TypeTagsChanged, key, data); err != nil {
 				// The cron reconciler re-evaluates policies that missed this.
-				s.log().WarnContext(ctx, "announcing changed tags", "namespace", namespace, "name", name, "error", err)
+				logger(s.Log).WarnContext(ctx, "announcing changed tags", "namespace", namespace, "name", name, "error", err)
 			}
 		})
 	}
