@@ -74,10 +74,6 @@ const (
 	DefaultEvaluateConcurrency = 8
 )
 
-// statusWriteTimeout bounds a status write. The write runs even when the caller's context has
-// ended (a store wait that ran out of time must still be reported in the status).
-const statusWriteTimeout = 15 * time.Second
-
 // Evaluator evaluates ImagePolicies: it reads the referenced repository's tags from the tag
 // store, selects the latest by the policy and writes the status as Flux's
 // image-reflector-controller does. It is the work of the policy function. One Evaluator serves a
@@ -391,12 +387,6 @@ func (e *Evaluator) failStore(ctx context.Context, pol *v1.ImagePolicy, token st
 // status writes ImagePolicy status.
 func (e *Evaluator) status() statusWriter[*v1.ImagePolicy] {
 	return statusWriter[*v1.ImagePolicy]{objects: e.Kube.Policies, fields: policyFields, recorder: e.Recorder}
-}
-
-// writeContext returns the context of a status write: it outlives a caller that gave up, so
-// that what happened is recorded, but not by long.
-func writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), statusWriteTimeout)
 }
 
 // unchanged tells whether pol was last evaluated successfully, by this process, from the same

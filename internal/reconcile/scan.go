@@ -468,7 +468,11 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	}
 	defer announced.Wait()
 	message := fmt.Sprintf("successful scan: found %d tags", len(entry.Tags))
-	updated, err := s.status().write(ctx, repo, func(r *v1.ImageRepository) error {
+	// The tags are stored and announced: the status records them even when the caller has
+	// given up since, as the evaluator's and a failure's writes do.
+	wctx, cancel := writeContext(ctx)
+	defer cancel()
+	updated, err := s.status().write(wctx, repo, func(r *v1.ImageRepository) error {
 		r.Status.ObservedGeneration = repo.Generation
 		r.Status.CanonicalImageName = canonical
 		r.Status.ObservedExclusionList = slices.Clone(repo.GetExclusionList())
@@ -507,7 +511,10 @@ func (s *Scanner) finalize(ctx context.Context, repo *v1.ImageRepository) (ScanO
 		return out, fmt.Errorf("deleting the tags of ImageRepository %s: %w", key, err)
 	}
 	metrics.ForgetRepository(repo.Namespace, repo.Name)
-	removed, err := s.Kube.Repositories.RemoveFinalizer(ctx, repo, v1.ImageFinalizer)
+	// The tags are gone: the finalizer goes too, even when the caller has given up since.
+	wctx, cancel := writeContext(ctx)
+	defer cancel()
+	removed, err := s.Kube.Repositories.RemoveFinalizer(wctx, repo, v1.ImageFinalizer)
 	if err != nil {
 		return out, fmt.Errorf("removing the finalizer %s of ImageRepository %s: %w", v1.ImageFinalizer, key, err)
 	}

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/kube"
@@ -400,4 +403,84 @@ func TestScanIntegrationJoin(t *testing.T) {
 	if f.scanner.Join(ctx, f.ns, "join", pushed) {
 		t.Error("joined after every scan ended")
 	}
+}
+
+// cancelOnPatch returns a client of env's apiserver that, when a PATCH whose path ends in
+// suffix goes out, cancels the context that *cancel holds before sending it: the caller gives
+// up the moment the scanner writes what it did.
+func cancelOnPatch(t *testing.T, env *testenv.Env, suffix string, cancel *context.CancelFunc) *kube.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(next http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, suffix) {
+				(*cancel)()
+			}
+			return next.RoundTrip(req)
+		})
+	})
+	c, err := kube.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// TestScanIntegrationCallerGivesUpWhileWriting: a scan whose caller gives up once the registry
+// has answered and the tags are stored still records them in the status, and a scan of a
+// repository being deleted whose caller gives up once the tags are gone still removes Flux's
+// finalizer. The request that started the scan may end (a function's deadline, a client that
+// disconnected), but the work is done and must not be lost with it.
+func TestScanIntegrationCallerGivesUpWhileWriting(t *testing.T) {
+	f := newScanFixture(t)
+	env := testenv.Kube(t)
+	f.reg.Push(t, "app", "1.0.0", "1.1.0")
+	f.createRepo(t, "app")
+	f.createRepo(t, "gone", func(r *v1.ImageRepository) { r.Finalizers = []string{v1.ImageFinalizer} })
+
+	t.Run("status", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		scanner := &reconcile.Scanner{Kube: cancelOnPatch(t, env, "/app/status", &cancel),
+			Registry: f.scanner.Registry, Store: f.store}
+		out, err := scanner.Scan(ctx, f.ns, "app", nil)
+		if err != nil {
+			t.Fatalf("scan: %v", err)
+		}
+		if ctx.Err() == nil {
+			t.Fatal("the caller did not give up during the status write")
+		}
+		st := f.get(t, "app").Status
+		if st.LastScanResult == nil || st.LastScanResult.TagCount != 2 || st.LastScanResult.Revision != out.Revision ||
+			!apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition) {
+			t.Errorf("status after a scan whose caller gave up: %+v", st)
+		}
+	})
+
+	t.Run("finalizer", func(t *testing.T) {
+		if err := f.kube.Repositories.Delete(context.Background(), f.ns, "gone"); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		scanner := &reconcile.Scanner{Kube: cancelOnPatch(t, env, "/gone", &cancel),
+			Registry: f.scanner.Registry, Store: f.store}
+		out, err := scanner.Scan(ctx, f.ns, "gone", nil)
+		if err != nil {
+			t.Fatalf("scan: %v", err)
+		}
+		if ctx.Err() == nil || !out.Finalized {
+			t.Fatalf("scan of a repository being deleted: %+v, caller gave up: %v", out, ctx.Err() != nil)
+		}
+		testenv.Eventually(t, 10*time.Second, func() error {
+			if _, err := f.kube.Repositories.Get(context.Background(), f.ns, "gone"); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("the repository is not deleted once its finalizer is removed: %v", err)
+			}
+			return nil
+		})
+	})
 }

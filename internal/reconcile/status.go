@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,6 +70,16 @@ func (w statusWriter[T]) write(ctx context.Context, obj T, mutate func(T) error)
 		})
 	}
 	return updated, err
+}
+
+// statusWriteTimeout bounds a status write. The write runs even when the caller's context has
+// ended (a store wait that ran out of time must still be reported in the status).
+const statusWriteTimeout = 15 * time.Second
+
+// writeContext returns the context of a status write: it outlives a caller that gave up, so
+// that what happened is recorded, but not by long.
+func writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), statusWriteTimeout)
 }
 
 // errSpecChanged is the error of a status write whose object's spec changed since it was read:
