@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
@@ -170,48 +172,44 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 	return sum, nil
 }
 
+// send dispatches work, each item once its delay from start has passed, at most p.Concurrency
+// at once. Once ctx ends nothing more is sent: neither the items still waiting for their delay
+// nor those waiting for a free slot.
 func (p *Pass) send(ctx context.Context, start time.Time, work []dispatch, now func() time.Time, log *slog.Logger) (ok, failed int) {
-	conc := max(p.Concurrency, 1)
-	queue := make(chan dispatch)
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for d := range queue {
-				// Each request starts a trace that the function's log lines continue.
-				dctx := trace.With(ctx, trace.New())
-				err := d.to.Send(dctx, d.ceType, d.ref.Namespace+"/"+d.ref.Name, d.ref)
-				mu.Lock()
-				if err != nil {
-					failed++
-					log.WarnContext(dctx, "dispatch failed", "type", d.ceType, "namespace", d.ref.Namespace,
-						"name", d.ref.Name, "reason", d.ref.Reason, "error", err)
-				} else {
-					ok++
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-feed:
+	var g errgroup.Group
+	g.SetLimit(max(p.Concurrency, 1))
 	for _, d := range work {
 		if wait := start.Add(d.delay).Sub(now()); wait > 0 {
 			select {
 			case <-ctx.Done():
-				break feed
 			case <-time.After(wait):
 			}
 		}
-		select {
-		case <-ctx.Done():
-			break feed
-		case queue <- d:
+		if ctx.Err() != nil {
+			break
 		}
+		// A failed dispatch is counted and logged; it does not stop the others.
+		g.Go(func() error {
+			if ctx.Err() != nil {
+				return nil
+			}
+			// Each request starts a trace that the function's log lines continue.
+			dctx := trace.With(ctx, trace.New())
+			err := d.to.Send(dctx, d.ceType, d.ref.Namespace+"/"+d.ref.Name, d.ref)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed++
+				log.WarnContext(dctx, "dispatch failed", "type", d.ceType, "namespace", d.ref.Namespace,
+					"name", d.ref.Name, "reason", d.ref.Reason, "error", err)
+			} else {
+				ok++
+			}
+			return nil
+		})
 	}
-	close(queue)
-	wg.Wait()
+	_ = g.Wait()
 	return ok, failed
 }
 
