@@ -345,7 +345,7 @@ func BenchmarkCronPass10k(b *testing.B) {
 	scan, policy := newCountingSink(b, f.ns), newCountingSink(b, f.ns)
 	pass := &reconcile.Pass{
 		Kube: c, Scan: scan.sender(b), Policy: policy.sender(b),
-		Period: time.Minute, Concurrency: 8, PageSize: 500,
+		Period: time.Minute, Concurrency: 8, PageSize: kube.DefaultPageSize,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	ctx := context.Background()

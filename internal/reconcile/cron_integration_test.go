@@ -12,6 +12,7 @@ import (
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
+	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
@@ -212,30 +213,22 @@ func TestCronIntegrationSpread(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	const n = 5000
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	sem := make(chan struct{}, 16)
+	var g errgroup.Group
+	g.SetLimit(16)
 	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if _, err := c.Repositories.Create(ctx, newRepo(ns, fmt.Sprintf("repo-%04d", i))); err != nil {
-				errs <- err
-			}
-		}()
+		g.Go(func() error {
+			_, err := c.Repositories.Create(ctx, newRepo(ns, fmt.Sprintf("repo-%04d", i)))
+			return err
+		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
 
 	scan, policy := newSink(t), newSink(t)
 	const spread = 10 * time.Second
 	pass := &reconcile.Pass{Kube: c, Scan: scan.sender(t), Policy: policy.sender(t),
-		Period: time.Minute, Spread: spread, Concurrency: 32, PageSize: 500}
+		Period: time.Minute, Spread: spread, Concurrency: 32, PageSize: kube.DefaultPageSize}
 	sum, err := pass.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
