@@ -75,13 +75,14 @@ const (
 func init() {
 	// One Host for both: a host that serves both functions (no FUNCTION_TARGET) keeps one
 	// receiver and one store.
-	host := function.NewHost("scan", function.DefaultTimeouts, func() (*function.Function, error) { return Open(nil) })
+	host := function.NewHost("scan", function.DefaultTimeouts, nil, Open)
 	functions.HTTP(WebhookTarget, host.Handler(WebhookTarget))
 	functions.HTTP(ScanTarget, host.Handler(ScanTarget))
 }
 
 // Open builds the scan function from the environment, as cmd/scan and a functions-framework-go
-// host serve it; its Close is Handler.Shutdown. log nil means slog.Default().
+// host serve it, both passing function.Logger's logger; its Close is Handler.Shutdown. log nil
+// means slog.Default().
 func Open(log *slog.Logger) (*function.Function, error) {
 	d, err := FromEnv()
 	if err != nil {
