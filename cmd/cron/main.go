@@ -19,9 +19,7 @@ import (
 	"github.com/imagereflector/reflector/internal/function"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
-	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/store"
-	"github.com/imagereflector/reflector/internal/trace"
 )
 
 // config is what the command's flags and environment set.
@@ -76,7 +74,7 @@ func main() {
 	} else if err != nil {
 		os.Exit(2)
 	}
-	log := slog.New(redact.Handler(trace.Handler(slog.NewJSONHandler(os.Stderr, nil))))
+	log := function.Logger(os.Stderr)
 	slog.SetDefault(log)
 	if !cfg.once && cfg.metricsAddr != "" {
 		ms, err := function.ServeMetrics(cfg.metricsAddr, log)

@@ -15,15 +15,13 @@ import (
 
 	"github.com/imagereflector/reflector/functions/policy"
 	"github.com/imagereflector/reflector/internal/function"
-	"github.com/imagereflector/reflector/internal/redact"
-	"github.com/imagereflector/reflector/internal/trace"
 )
 
 func main() {
 	t := function.DefaultTimeouts
 	flag.DurationVar(&t.Drain, "drain", t.Drain, "how long in-flight requests may take after SIGTERM")
 	flag.Parse()
-	log := slog.New(redact.Handler(trace.Handler(slog.NewJSONHandler(os.Stderr, nil))))
+	log := function.Logger(os.Stderr)
 	slog.SetDefault(log)
 	if err := run(t, log); err != nil {
 		log.Error("policy function failed", "error", err.Error())

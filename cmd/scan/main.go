@@ -21,8 +21,6 @@ import (
 
 	"github.com/imagereflector/reflector/functions/scan"
 	"github.com/imagereflector/reflector/internal/function"
-	"github.com/imagereflector/reflector/internal/redact"
-	"github.com/imagereflector/reflector/internal/trace"
 )
 
 func main() {
@@ -30,7 +28,7 @@ func main() {
 	flag.DurationVar(&t.Drain, "drain", t.Drain, "how long in-flight requests may take after SIGTERM")
 	flag.DurationVar(&t.Grace, "grace", t.Grace, "how long background scans may take after the requests drained")
 	flag.Parse()
-	log := slog.New(redact.Handler(trace.Handler(slog.NewJSONHandler(os.Stderr, nil))))
+	log := function.Logger(os.Stderr)
 	slog.SetDefault(log)
 	if err := run(t, log); err != nil {
 		log.Error("scan function failed", "error", err.Error())

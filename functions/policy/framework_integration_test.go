@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/trace"
 )
 
 // hostPortEnv tells the test binary to be a functions-framework host on this port.
@@ -36,8 +38,9 @@ func TestFunctionsFrameworkHost(t *testing.T) {
 
 // TestFunctionsFrameworkIntegration: the "policy" registration, served by a functions-framework
 // host process (FUNCTION_TARGET, funcframework.StartHostPort), is the handler cmd/policy serves,
-// built from the environment on first use; on SIGTERM the host shuts the function down and exits
-// by itself with status 0.
+// built from the environment on first use, and logs as cmd/policy does: JSON lines with URL
+// userinfo masked and the request's trace id. On SIGTERM the host shuts the function down and
+// exits by itself with status 0.
 func TestFunctionsFrameworkIntegration(t *testing.T) {
 	env := testenv.Kube(t)
 	c := env.Client(t)
@@ -104,6 +107,21 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 		t.Errorf("latestRef %+v", p.Status.LatestRef)
 	}
 
+	// The host logs an ignored CloudEvent's source; this one's carries a password.
+	tc := trace.New()
+	req, _ := http.NewRequest(http.MethodPost, url+"/", strings.NewReader("{}"))
+	for k, v := range map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "com.example.unknown", "Ce-Source": plantedSource,
+		"Ce-Id": "ff-2", "Content-Type": "application/json", trace.Header: tc.String()} {
+		req.Header.Set(k, v)
+	}
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("a CloudEvent of an unknown type: %s, want 202", resp.Status)
+	}
+
 	if err := host.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -115,4 +133,29 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("still running 30s after SIGTERM; output:\n%s", host.Output)
 	}
+	checkLogged(t, host.Output.String(), "event ignored", "ff-2", tc)
+}
+
+// plantedSource is a CloudEvent source with a password in its userinfo, which no log line may show.
+const plantedSource = "https://robot:planted-password@registry.example/"
+
+// checkLogged checks the log of a host process as the commands write theirs: the line msg about
+// the event id is JSON, names the source with its userinfo masked, and carries the trace id of
+// tc; and no line shows the planted password.
+func checkLogged(t *testing.T, output, msg, id string, tc trace.Context) {
+	t.Helper()
+	if strings.Contains(output, "planted-password") {
+		t.Errorf("the host logged the password of the event's source:\n%s", output)
+	}
+	for line := range strings.Lines(output) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != msg || rec["id"] != id {
+			continue
+		}
+		if rec["source"] != "https://xxxxx@registry.example/" || rec["trace_id"] != tc.TraceIDString() {
+			t.Errorf("want source https://xxxxx@registry.example/ and trace_id %s: %s", tc.TraceIDString(), line)
+		}
+		return
+	}
+	t.Errorf("no JSON line %q about event %s:\n%s", msg, id, output)
 }

@@ -59,13 +59,13 @@ import (
 const Target = "policy"
 
 func init() {
-	host := function.NewHost(Target, function.DefaultTimeouts, func() (*function.Function, error) { return Open(nil) })
+	host := function.NewHost(Target, function.DefaultTimeouts, nil, Open)
 	functions.HTTP(Target, host.Handler(Target))
 }
 
 // Open builds the policy function from the environment, as cmd/policy and a
-// functions-framework-go host serve it. Its Close closes the recorder and the tag store. log nil
-// means slog.Default().
+// functions-framework-go host serve it, both passing function.Logger's logger. Its Close closes
+// the recorder and the tag store. log nil means slog.Default().
 func Open(log *slog.Logger) (*function.Function, error) {
 	d, err := FromEnv()
 	if err != nil {

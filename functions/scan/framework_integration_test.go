@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -25,6 +26,7 @@ import (
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/receiver"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/trace"
 )
 
 // hostPortEnv tells the test binary to be a functions-framework host on this port.
@@ -87,8 +89,9 @@ func (h *host) stop(t *testing.T) {
 // TestFunctionsFrameworkIntegration: the registrations a functions-framework host serves are the
 // surfaces the images serve, built from the environment on first use. "webhook" takes a registry
 // webhook and nothing else, and the push it reports gets scanned; "scan" takes the broker's
-// CloudEvents. On SIGTERM each host drains and closes the tag store and exits by itself, so a
-// read-only open of the store needs no log replay.
+// CloudEvents. The hosts log as cmd/scan does: JSON lines with URL userinfo masked and the
+// request's trace id. On SIGTERM each host drains and closes the tag store and exits by itself,
+// so a read-only open of the store needs no log replay.
 func TestFunctionsFrameworkIntegration(t *testing.T) {
 	env := testenv.Kube(t)
 	c := env.Client(t)
@@ -113,10 +116,13 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 	webhook := startHost(t, "webhook", hostEnv...)
 	scan := startHost(t, "scan", hostEnv...)
 
-	cloudEvent := func(url string) int {
+	cloudEvent := func(url string, header ...string) int {
 		req, _ := http.NewRequest(http.MethodPost, url+"/", strings.NewReader(fmt.Sprintf(`{"namespace":%q,"name":"app"}`, ns)))
 		for k, v := range map[string]string{"Ce-Specversion": "1.0", "Ce-Type": events.TypeScanRequested, "Ce-Source": events.SourceCron, "Ce-Id": "ff-1", "Content-Type": "application/json"} {
 			req.Header.Set(k, v)
+		}
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -145,6 +151,11 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 		t.Fatalf("a CloudEvent to the scan target: %d, want 202", code)
 	}
 	scanned("1.0.0")
+	// The scan target logs each CloudEvent's source; this one's carries a password.
+	tc := trace.New()
+	if code := cloudEvent(scan.url, "Ce-Type", "com.example.unknown", "Ce-Source", plantedSource, "Ce-Id", "ff-2", trace.Header, tc.String()); code != http.StatusAccepted {
+		t.Errorf("a CloudEvent of an unknown type to the scan target: %d, want 202", code)
+	}
 
 	reg.Push(t, "ff/app", "1.1.0")
 	body := fmt.Sprintf(`{"image":%q,"tag":"1.1.0"}`, reg.Image("ff/app"))
@@ -167,11 +178,36 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 			t.Errorf("%s did not say it shuts down:\n%s", h.target, h.proc.Output)
 		}
 	}
+	checkLogged(t, scan.proc.Output.String(), "cloudevent", "ff-2", tc)
 	db, err := badger.Open(badger.DefaultOptions(dir).WithReadOnly(true).WithLogger(nil))
 	if err != nil {
 		t.Fatalf("read-only open after SIGTERM: %v", err)
 	}
 	db.Close()
+}
+
+// plantedSource is a CloudEvent source with a password in its userinfo, which no log line may show.
+const plantedSource = "https://robot:planted-password@registry.example/"
+
+// checkLogged checks the log of a host process as the commands write theirs: the line msg about
+// the event id is JSON, names the source with its userinfo masked, and carries the trace id of
+// tc; and no line shows the planted password.
+func checkLogged(t *testing.T, output, msg, id string, tc trace.Context) {
+	t.Helper()
+	if strings.Contains(output, "planted-password") {
+		t.Errorf("the host logged the password of the event's source:\n%s", output)
+	}
+	for line := range strings.Lines(output) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != msg || rec["id"] != id {
+			continue
+		}
+		if rec["source"] != "https://xxxxx@registry.example/" || rec["trace_id"] != tc.TraceIDString() {
+			t.Errorf("want source https://xxxxx@registry.example/ and trace_id %s: %s", tc.TraceIDString(), line)
+		}
+		return
+	}
+	t.Errorf("no JSON line %q about event %s:\n%s", msg, id, output)
 }
 
 // hmacHex is the hex HMAC-SHA256 of body under key, as the generic provider signs.

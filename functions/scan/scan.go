@@ -2,12 +2,19 @@
 // arrive here, are matched to ImageRepositories, annotated and scanned. It holds only the
 // wiring; the work is internal/receiver's and internal/reconcile's.
 //
-// It has two surfaces, never served on one listener: Webhooks, the public one that registries
-// reach (/hook/... and /healthz, nothing else), and CloudEvents, the cluster-local one that the
-// broker delivers to (scan requests, ApiServerSource events, registry CloudEvents), which checks
-// the sender's token when REFLECTOR_OIDC_AUDIENCE is set. It registers them with
-// functions-framework-go as the functions "webhook" and "scan", which Open builds from the
-// environment on first use, as cmd/scan does when it starts:
+// It has two surfaces: Webhooks, the public one that registries reach (/hook/... and /healthz,
+// nothing else), and CloudEvents, the cluster-local one that the broker delivers to (scan
+// requests, ApiServerSource events, registry CloudEvents), which checks the sender's token when
+// REFLECTOR_OIDC_AUDIENCE is set. cmd/scan serves each on a listener of its own. The package
+// registers them with functions-framework-go as the functions "webhook" and "scan", which Open
+// builds from the environment on first use, as cmd/scan does when it starts. A host with
+// FUNCTION_TARGET set serves that one surface at "/", the way to deploy it. A host without
+// FUNCTION_TARGET serves both on one listener, each at its name's path only: POST /scan reaches
+// the CloudEvents surface, /webhook reaches the webhook surface at a path it answers 404, and
+// /hook/... and /healthz are 404; such a host takes no registry webhooks and serves the
+// cluster-local surface, so it must not be reachable from outside the cluster.
+//
+// The environment:
 //
 //	KUBECONFIG                      kubeconfig file; in-cluster configuration without it
 //	REFLECTOR_STORE_DIR             the Badger tag store directory (required)
@@ -73,15 +80,16 @@ const (
 )
 
 func init() {
-	// One Host for both: a host that serves both functions (no FUNCTION_TARGET) keeps one
-	// receiver and one store.
-	host := function.NewHost("scan", function.DefaultTimeouts, func() (*function.Function, error) { return Open(nil) })
+	// One Host for both: a host that serves both functions on one listener (no
+	// FUNCTION_TARGET, see the package comment) keeps one receiver and one store.
+	host := function.NewHost("scan", function.DefaultTimeouts, nil, Open)
 	functions.HTTP(WebhookTarget, host.Handler(WebhookTarget))
 	functions.HTTP(ScanTarget, host.Handler(ScanTarget))
 }
 
 // Open builds the scan function from the environment, as cmd/scan and a functions-framework-go
-// host serve it; its Close is Handler.Shutdown. log nil means slog.Default().
+// host serve it, both passing function.Logger's logger; its Close is Handler.Shutdown. log nil
+// means slog.Default().
 func Open(log *slog.Logger) (*function.Function, error) {
 	d, err := FromEnv()
 	if err != nil {

@@ -2,6 +2,7 @@ package function
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/trace"
 )
 
 // handlerFunction is a Function with one surface, "f", served by h.
@@ -22,10 +24,20 @@ func handlerFunction(h http.HandlerFunc, closeFn func(context.Context) error) *F
 
 func noClose(context.Context) error { return nil }
 
+// newHost returns a Host of open that logs to the returned buffer through Logger, and gives the
+// process its default logger back when the test ends, since building makes the Host's the default.
+func newHost(t *testing.T, timeouts Timeouts, open func() (*Function, error)) (*Host, *testenv.LogBuffer) {
+	t.Helper()
+	prev := slog.Default()
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	logged := &testenv.LogBuffer{}
+	return NewHost("test", timeouts, Logger(logged), func(*slog.Logger) (*Function, error) { return open() }), logged
+}
+
 func TestHostBuildsOnFirstUseAndRetriesFailures(t *testing.T) {
 	builds := 0
 	fail := true
-	host := NewHost("test", DefaultTimeouts, func() (*Function, error) {
+	host, _ := newHost(t, DefaultTimeouts, func() (*Function, error) {
 		builds++
 		if fail {
 			return nil, errors.New("REFLECTOR_STORE_DIR is not set")
@@ -68,10 +80,7 @@ func TestHostBuildsOnFirstUseAndRetriesFailures(t *testing.T) {
 }
 
 func TestHostHidesURLUserinfo(t *testing.T) {
-	var logged strings.Builder
-	defer slog.SetDefault(slog.Default())
-	slog.SetDefault(slog.New(slog.NewJSONHandler(&logged, nil)))
-	host := NewHost("test", DefaultTimeouts, func() (*Function, error) {
+	host, logged := newHost(t, DefaultTimeouts, func() (*Function, error) {
 		return nil, errors.New(`K_SINK: target "http://user:planted-password@broker/" is not reachable`)
 	})
 	rec := httptest.NewRecorder()
@@ -86,13 +95,60 @@ func TestHostHidesURLUserinfo(t *testing.T) {
 	}
 }
 
+// The function a Host builds logs through the Host's logger, and so does what logs through
+// slog.Default() once it is built: JSON lines, URL userinfo masked, the request's trace id added.
+func TestHostLogsThroughItsLogger(t *testing.T) {
+	const sink = "http://user:planted-password@broker/"
+	prev := slog.Default()
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	logged := &testenv.LogBuffer{}
+	var got *slog.Logger
+	host := NewHost("test", DefaultTimeouts, Logger(logged), func(log *slog.Logger) (*Function, error) {
+		got = log
+		return handlerFunction(func(w http.ResponseWriter, req *http.Request) {
+			ctx := trace.Continue(req.Context(), req.Header.Get(trace.Header))
+			log.InfoContext(ctx, "handled", "sink", sink)
+			slog.WarnContext(ctx, "default", "error", errors.New("posting to "+sink+": refused"))
+			w.WriteHeader(http.StatusAccepted)
+		}, noClose), nil
+	})
+	tc := trace.New()
+	req := httptest.NewRequest(http.MethodPost, "/", nil)
+	req.Header.Set(trace.Header, tc.String())
+	rec := httptest.NewRecorder()
+	host.Handler("f")(rec, req)
+	if rec.Code != http.StatusAccepted {
+		t.Fatalf("answer %d %q", rec.Code, rec.Body)
+	}
+	if got != host.log {
+		t.Error("the function was not built with the Host's logger")
+	}
+	lines := strings.Split(strings.TrimSpace(logged.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want the function's line and the default logger's, got:\n%s", logged)
+	}
+	for _, line := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("not a JSON line (%v): %s", err, line)
+			continue
+		}
+		if strings.Contains(line, "planted-password") || !strings.Contains(line, "http://xxxxx@broker/") {
+			t.Errorf("userinfo not masked: %s", line)
+		}
+		if rec["trace_id"] != tc.TraceIDString() {
+			t.Errorf("trace_id %v, want %s: %s", rec["trace_id"], tc.TraceIDString(), line)
+		}
+	}
+}
+
 // Shutdown lets the request in flight finish, turns new ones away, and closes the function
 // only after the last request, with the grace period for its background work.
 func TestHostShutdownDrainsThenCloses(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	var closed atomic.Bool
 	var graceLeft time.Duration
-	host := NewHost("test", Timeouts{Drain: 10 * time.Second, Grace: 3 * time.Second}, func() (*Function, error) {
+	host, _ := newHost(t, Timeouts{Drain: 10 * time.Second, Grace: 3 * time.Second}, func() (*Function, error) {
 		return handlerFunction(func(w http.ResponseWriter, req *http.Request) {
 			if req.URL.Path != "/slow" {
 				w.WriteHeader(http.StatusAccepted)

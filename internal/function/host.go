@@ -21,10 +21,16 @@ import (
 // The function is built on the first request that is not /healthz, so that importing a function
 // package has no side effects. A failed build answers 500 with the reason and is tried again on
 // the next request, so a fixed environment needs no restart.
+//
+// The Host logs as the commands do: it hands its logger to the function it builds, writes its
+// own lines through it, and before the first build makes it the process's default
+// (slog.SetDefault), as the commands do when they start, so that what logs through
+// slog.Default() writes the same redacted JSON lines with trace ids.
 type Host struct {
 	name     string
 	timeouts Timeouts
-	open     func() (*Function, error)
+	log      *slog.Logger
+	open     func(*slog.Logger) (*Function, error)
 
 	mu       sync.Mutex
 	fn       *Function
@@ -37,9 +43,13 @@ type Host struct {
 // errStopping is what a request that arrives after SIGTERM gets.
 var errStopping = errors.New("shutting down")
 
-// NewHost returns a Host of the function name that open builds, shut down within t.
-func NewHost(name string, t Timeouts, open func() (*Function, error)) *Host {
-	return &Host{name: name, timeouts: t, open: open}
+// NewHost returns a Host of the function name that open builds with the Host's logger, shut
+// down within t. log nil means Logger(os.Stderr), the commands' logger.
+func NewHost(name string, t Timeouts, log *slog.Logger, open func(*slog.Logger) (*Function, error)) *Host {
+	if log == nil {
+		log = Logger(os.Stderr)
+	}
+	return &Host{name: name, timeouts: t, log: log, open: open}
 }
 
 // Handler returns the handler to register with functions-framework-go under target, one of the
@@ -59,7 +69,7 @@ func (h *Host) Handler(target string) http.HandlerFunc {
 		case err != nil:
 			// Configuration errors may quote K_SINK or the API server's URL.
 			msg := redact.String(err.Error())
-			slog.Error(h.name+" function is not configured", "error", msg)
+			h.log.ErrorContext(req.Context(), h.name+" function is not configured", "error", msg)
 			http.Error(w, h.name+" function is not configured: "+msg, http.StatusInternalServerError)
 			return
 		}
@@ -81,7 +91,8 @@ func (h *Host) enter() (*Function, error) {
 		return nil, errStopping
 	}
 	if h.fn == nil {
-		fn, err := h.open()
+		slog.SetDefault(h.log)
+		fn, err := h.open(h.log)
 		if err != nil {
 			return nil, err
 		}
@@ -100,9 +111,9 @@ func (h *Host) enter() (*Function, error) {
 func (h *Host) stopOnSignal(sig chan os.Signal) {
 	<-sig
 	signal.Stop(sig)
-	slog.Info("shutting down", "function", h.name)
+	h.log.Info("shutting down", "function", h.name)
 	if err := h.Shutdown(); err != nil {
-		slog.Error(h.name+" function failed", "error", redact.String(err.Error()))
+		h.log.Error(h.name+" function failed", "error", redact.String(err.Error()))
 		os.Exit(1)
 	}
 	os.Exit(0)
@@ -130,7 +141,7 @@ func (h *Host) Shutdown() error {
 		select {
 		case <-drained:
 		case <-timer.C:
-			slog.Warn("requests still running at the drain deadline", "function", h.name)
+			h.log.Warn("requests still running at the drain deadline", "function", h.name)
 		}
 		h.closed = closeWithin(h.timeouts.Grace, fn.Close)
 	})
