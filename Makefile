@@ -59,8 +59,10 @@ test: check-generated lint deps testenv knative-env flux-cli
 	$(MAKE) images-test
 	$(MAKE) fuzz
 
-## unit: the tests that start no apiserver, no process and no image build (-short skips the
-## integration tests, each saying so).
+## unit: the tests that start no apiserver, no registry program and no image build, and contact
+## nothing beyond 127.0.0.1 (-short skips the integration tests, each saying so): their servers,
+## the in-process registry among them, run inside the test binary, and a few tests run helper
+## processes of that binary, or sh and sleep.
 unit:
 	$(GO) test -count=1 -short ./...
 

@@ -532,27 +532,26 @@ func (s *Stack) start(ctx context.Context, c string) error {
 		return nil
 	}
 	exited := p.exited
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	err = testenv.Poll(ctx, 30*time.Second, 20*time.Millisecond, func() error {
 		err := ready()
 		if err == nil {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s was not ready within 30s (%v); its log is %s", c, err, s.Log(c))
-		}
 		select {
-		case <-ctx.Done():
-			return ctx.Err()
 		case <-exited:
 			if b, rerr := os.ReadFile(s.Log(c)); rerr == nil && int64(len(b)) >= logFrom && testenv.AddrInUse(b[logFrom:]) {
-				return fmt.Errorf("%s: %w; its log is %s", c, testenv.ErrAddrInUse, s.Log(c))
+				return testenv.Halt(testenv.ErrAddrInUse)
 			}
 			// Otherwise the stack starts another process after the backoff: wait for that one.
 			exited = nil
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
+		return err
+	})
+	if err == nil || errors.Is(err, ctx.Err()) {
+		return err
 	}
+	return fmt.Errorf("%s not ready: %w; its log is %s", c, err, s.Log(c))
 }
 
 // Kill stops a component with sig (SIGTERM for a clean stop, SIGKILL for a crash) and waits

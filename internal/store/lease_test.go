@@ -103,14 +103,17 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 	}
 	closed := make(chan error)
 	go func() { closed <- s.Close() }()
-	select {
-	case <-closed:
-		t.Fatal("Close returned while a call was in flight")
-	case <-time.After(50 * time.Millisecond):
-	}
-	if db.IsClosed() {
-		t.Fatal("database closed under a call in flight")
-	}
+	testenv.Consistently(t, 50*time.Millisecond, time.Millisecond, func() error {
+		select {
+		case err := <-closed:
+			return fmt.Errorf("Close returned (%v) while a call was in flight", err)
+		default:
+		}
+		if db.IsClosed() {
+			return errors.New("database closed under a call in flight")
+		}
+		return nil
+	})
 	s.release()
 	if err := <-closed; err != nil {
 		t.Fatal(err)
@@ -161,19 +164,14 @@ func TestWarmOpensInTheBackground(t *testing.T) {
 	s := New(t.TempDir())
 	defer s.Close()
 	s.Warm()
-	for timeout := time.After(10 * time.Second); ; {
+	testenv.Eventually(t, 10*time.Second, func() error {
 		s.mu.Lock()
-		open, ch := s.state == stateOpen, s.changed
-		s.mu.Unlock()
-		if open {
-			break
+		defer s.mu.Unlock()
+		if s.state != stateOpen {
+			return errors.New("Warm did not open the directory")
 		}
-		select {
-		case <-ch:
-		case <-timeout:
-			t.Fatal("Warm did not open the directory")
-		}
-	}
+		return nil
+	})
 	if _, _, err := s.Put(context.Background(), "ns/a", testID, []string{"v1"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -371,31 +372,28 @@ var probe = &http.Client{Timeout: 2 * time.Second}
 // exits or says that an address it was to bind was taken; a failure carries the end of the
 // process's log.
 func waitFor(ctx context.Context, timeout time.Duration, proc *process, check func() error) error {
-	what, logPath := "it was", ""
-	var exited <-chan struct{}
-	if proc != nil {
-		what, logPath, exited = proc.name, proc.log, proc.exited
+	if proc == nil {
+		return Poll(ctx, timeout, 100*time.Millisecond, check)
 	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	for {
+	err := Poll(ctx, timeout, 100*time.Millisecond, func() error {
 		last := check()
 		if last == nil {
 			return nil
 		}
 		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-exited:
-			return fmt.Errorf("%s exited before it was ready (%v): %v\n%s", what, proc.err, last, tail(logPath, 20))
-		case <-time.After(100 * time.Millisecond):
-			if proc != nil && proc.addrInUse() {
-				return fmt.Errorf("%s could not bind an address: %v\n%s", what, last, tail(logPath, 20))
-			}
-		case <-timer.C:
-			return fmt.Errorf("%s not ready after %s: %v\n%s", what, timeout, last, tail(logPath, 20))
+		case <-proc.exited:
+			return Halt(fmt.Errorf("it exited (%v): %w", proc.err, last))
+		default:
 		}
+		if proc.addrInUse() {
+			return Halt(fmt.Errorf("it could not bind an address: %w", last))
+		}
+		return last
+	})
+	if err == nil || errors.Is(err, ctx.Err()) {
+		return err
 	}
+	return fmt.Errorf("%s not ready: %w\n%s", proc.name, err, tail(proc.log, 20))
 }
 
 func tail(path string, lines int) string {
