@@ -110,7 +110,7 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 	// The host logs an ignored CloudEvent's source; this one's carries a password.
 	tc := trace.New()
 	req, _ := http.NewRequest(http.MethodPost, url+"/", strings.NewReader("{}"))
-	for k, v := range map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "com.example.unknown", "Ce-Source": plantedSource,
+	for k, v := range map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "com.example.unknown", "Ce-Source": testenv.PlantedSource,
 		"Ce-Id": "ff-2", "Content-Type": "application/json", trace.Header: tc.String()} {
 		req.Header.Set(k, v)
 	}
@@ -133,29 +133,5 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("still running 30s after SIGTERM; output:\n%s", host.Output)
 	}
-	checkLogged(t, host.Output.String(), "event ignored", "ff-2", tc)
-}
-
-// plantedSource is a CloudEvent source with a password in its userinfo, which no log line may show.
-const plantedSource = "https://robot:planted-password@registry.example/"
-
-// checkLogged checks the log of a host process as the commands write theirs: the line msg about
-// the event id is JSON, names the source with its userinfo masked, and carries the trace id of
-// tc; and no line shows the planted password.
-func checkLogged(t *testing.T, output, msg, id string, tc trace.Context) {
-	t.Helper()
-	if strings.Contains(output, "planted-password") {
-		t.Errorf("the host logged the password of the event's source:\n%s", output)
-	}
-	for line := range strings.Lines(output) {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != msg || rec["id"] != id {
-			continue
-		}
-		if rec["source"] != "https://xxxxx@registry.example/" || rec["trace_id"] != tc.TraceIDString() {
-			t.Errorf("want source https://xxxxx@registry.example/ and trace_id %s: %s", tc.TraceIDString(), line)
-		}
-		return
-	}
-	t.Errorf("no JSON line %q about event %s:\n%s", msg, id, output)
+	testenv.CheckLogged(t, host.Output.String(), "event ignored", "ff-2", tc.TraceIDString())
 }

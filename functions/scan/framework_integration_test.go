@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -153,7 +152,7 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 	scanned("1.0.0")
 	// The scan target logs each CloudEvent's source; this one's carries a password.
 	tc := trace.New()
-	if code := cloudEvent(scan.url, "Ce-Type", "com.example.unknown", "Ce-Source", plantedSource, "Ce-Id", "ff-2", trace.Header, tc.String()); code != http.StatusAccepted {
+	if code := cloudEvent(scan.url, "Ce-Type", "com.example.unknown", "Ce-Source", testenv.PlantedSource, "Ce-Id", "ff-2", trace.Header, tc.String()); code != http.StatusAccepted {
 		t.Errorf("a CloudEvent of an unknown type to the scan target: %d, want 202", code)
 	}
 
@@ -178,36 +177,12 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 			t.Errorf("%s did not say it shuts down:\n%s", h.target, h.proc.Output)
 		}
 	}
-	checkLogged(t, scan.proc.Output.String(), "cloudevent", "ff-2", tc)
+	testenv.CheckLogged(t, scan.proc.Output.String(), "cloudevent", "ff-2", tc.TraceIDString())
 	db, err := badger.Open(badger.DefaultOptions(dir).WithReadOnly(true).WithLogger(nil))
 	if err != nil {
 		t.Fatalf("read-only open after SIGTERM: %v", err)
 	}
 	db.Close()
-}
-
-// plantedSource is a CloudEvent source with a password in its userinfo, which no log line may show.
-const plantedSource = "https://robot:planted-password@registry.example/"
-
-// checkLogged checks the log of a host process as the commands write theirs: the line msg about
-// the event id is JSON, names the source with its userinfo masked, and carries the trace id of
-// tc; and no line shows the planted password.
-func checkLogged(t *testing.T, output, msg, id string, tc trace.Context) {
-	t.Helper()
-	if strings.Contains(output, "planted-password") {
-		t.Errorf("the host logged the password of the event's source:\n%s", output)
-	}
-	for line := range strings.Lines(output) {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != msg || rec["id"] != id {
-			continue
-		}
-		if rec["source"] != "https://xxxxx@registry.example/" || rec["trace_id"] != tc.TraceIDString() {
-			t.Errorf("want source https://xxxxx@registry.example/ and trace_id %s: %s", tc.TraceIDString(), line)
-		}
-		return
-	}
-	t.Errorf("no JSON line %q about event %s:\n%s", msg, id, output)
 }
 
 // hmacHex is the hex HMAC-SHA256 of body under key, as the generic provider signs.
