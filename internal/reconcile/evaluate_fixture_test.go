@@ -166,6 +166,33 @@ func (f *evalFixture) get(t testing.TB, ns, name string) *v1.ImagePolicy {
 	return p
 }
 
+// cached waits until the apiserver's watch cache, which EvaluateRepository lists from, holds
+// each of the ImagePolicies (namespace/name) as they are now.
+func (f *evalFixture) cached(t testing.TB, policies ...string) {
+	t.Helper()
+	want := map[string]string{}
+	for _, key := range policies {
+		ns, name, _ := strings.Cut(key, "/")
+		want[key] = f.get(t, ns, name).ResourceVersion
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		l, err := f.kube.Policies.List(context.Background(), "", metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return err
+		}
+		have := map[string]string{}
+		for _, p := range l.Items {
+			have[p.Namespace+"/"+p.Name] = p.ResourceVersion
+		}
+		for key, rv := range want {
+			if have[key] != rv {
+				return fmt.Errorf("the watch cache has ImagePolicy %s at %q, not yet %s", key, have[key], rv)
+			}
+		}
+		return nil
+	})
+}
+
 func (f *evalFixture) evaluate(t testing.TB, ns, name string) reconcile.PolicyOutcome {
 	t.Helper()
 	out, err := f.ev.Evaluate(context.Background(), ns, name)
