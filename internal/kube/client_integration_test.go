@@ -51,22 +51,13 @@ func TestConnectIntegrationOpensTheConnectionOfTheNextRequest(t *testing.T) {
 func TestCoreClientsIntegration(t *testing.T) {
 	env := testenv.Kube(t)
 	ns := env.Namespace(t)
-	cfg := rest.CopyConfig(env.Config)
-	cfg.UserAgent = "reflector-test"
 	var mu sync.Mutex
 	agents := map[string]string{}
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripper(func(req *http.Request) (*http.Response, error) {
-			mu.Lock()
-			agents[req.Method+" "+req.URL.Path] = req.UserAgent()
-			mu.Unlock()
-			return rt.RoundTrip(req)
-		})
+	c := env.ClientSeeing(t, func(cfg *rest.Config) { cfg.UserAgent = "reflector-test" }, func(req *http.Request) {
+		mu.Lock()
+		agents[req.Method+" "+req.URL.Path] = req.UserAgent()
+		mu.Unlock()
 	})
-	c, err := kube.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 
 	if _, err := c.Secrets.Get(ctx, ns, "missing"); !apierrors.IsNotFound(err) {
@@ -115,7 +106,3 @@ func TestCoreClientsIntegration(t *testing.T) {
 		}
 	}
 }
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

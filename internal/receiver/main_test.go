@@ -26,7 +26,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/kube"
@@ -54,19 +53,6 @@ type fixture struct {
 	lists atomic.Int64
 }
 
-// listCounter counts the ImageRepository list calls that pass through it.
-type listCounter struct {
-	next http.RoundTripper
-	n    *atomic.Int64
-}
-
-func (l listCounter) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method == http.MethodGet && strings.HasSuffix(strings.TrimSuffix(req.URL.Path, "/"), "/"+v1.ImageRepositoryResource) {
-		l.n.Add(1)
-	}
-	return l.next.RoundTrip(req)
-}
-
 // newFixture starts the fixture. Its registry client dials the test registry for every host,
 // so the vendors' payloads can keep their own registry hosts (ghcr.io, quay.io, ...) and
 // their ImageRepositories still scan the test registry, over plain HTTP (spec.insecure).
@@ -74,12 +60,12 @@ func newFixture(t testing.TB, opts ...receiver.Option) *fixture {
 	t.Helper()
 	env := testenv.Kube(t)
 	f := &fixture{env: env, reg: testenv.NewRegistry(t), store: store.New(t.TempDir()), logs: &testenv.LogBuffer{}}
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return listCounter{next: rt, n: &f.lists} })
-	c, err := kube.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Counts the ImageRepository list calls.
+	c := env.ClientSeeing(t, nil, func(req *http.Request) {
+		if req.Method == http.MethodGet && strings.HasSuffix(strings.TrimSuffix(req.URL.Path, "/"), "/"+v1.ImageRepositoryResource) {
+			f.lists.Add(1)
+		}
+	})
 	f.kube = c
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {

@@ -208,20 +208,18 @@ func statusBody(status any) []byte {
 	return data
 }
 
-// countingTransport counts the requests a client sends, and among them the list calls of
-// reflector's two resources.
-type countingTransport struct {
-	next            http.RoundTripper
+// requestCounter counts the requests a client sends, and among them the list calls of
+// ImageRepositories and ImagePolicies; its see is a testenv.Env.ClientSeeing callback.
+type requestCounter struct {
 	requests, lists atomic.Int64
 }
 
-func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	t.requests.Add(1)
+func (c *requestCounter) see(req *http.Request) {
+	c.requests.Add(1)
 	path := strings.TrimSuffix(req.URL.Path, "/")
 	if req.Method == http.MethodGet && (strings.HasSuffix(path, "/"+v1.ImageRepositoryResource) || strings.HasSuffix(path, "/"+v1.ImagePolicyResource)) {
-		t.lists.Add(1)
+		c.lists.Add(1)
 	}
-	return t.next.RoundTrip(req)
 }
 
 // countingSink stands for a function: a real CloudEvents receiver over HTTP that counts the
@@ -331,17 +329,8 @@ func BenchmarkCronPass10k(b *testing.B) {
 	env := testenv.Kube(b)
 	f := cronBenchFixture(b, env)
 
-	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst = 50, 300 // kube.Config's limits
-	ct := &countingTransport{}
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		ct.next = rt
-		return ct
-	}
-	c, err := kube.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	ct := &requestCounter{}
+	c := env.ClientSeeing(b, func(cfg *rest.Config) { cfg.QPS, cfg.Burst = 50, 300 }, ct.see) // kube.Config's limits
 	scan, policy := newCountingSink(b, f.ns), newCountingSink(b, f.ns)
 	pass := &reconcile.Pass{
 		Kube: c, Scan: scan.sender(b), Policy: policy.sender(b),

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -148,13 +147,8 @@ func BenchmarkEvaluateRepositoryAmong10kPolicies(b *testing.B) {
 	default:
 	}
 
-	counting := &countingTransport{}
-	ccfg := rest.CopyConfig(f.env.Config)
-	ccfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { counting.next = rt; return counting })
-	c, err := kube.New(ccfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	counting := &requestCounter{}
+	c := f.env.ClientSeeing(b, nil, counting.see)
 	ev := benchEvaluator(f)
 	ev.Kube = c
 	b.ReportAllocs()

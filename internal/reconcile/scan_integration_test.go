@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/kube"
@@ -410,25 +409,12 @@ func TestScanIntegrationJoin(t *testing.T) {
 // up the moment the scanner writes what it did.
 func cancelOnPatch(t *testing.T, env *testenv.Env, suffix string, cancel *context.CancelFunc) *kube.Client {
 	t.Helper()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Wrap(func(next http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			if req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, suffix) {
-				(*cancel)()
-			}
-			return next.RoundTrip(req)
-		})
+	return env.ClientSeeing(t, nil, func(req *http.Request) {
+		if req.Method == http.MethodPatch && strings.HasSuffix(req.URL.Path, suffix) {
+			(*cancel)()
+		}
 	})
-	c, err := kube.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // TestScanIntegrationCallerGivesUpWhileWriting: a scan whose caller gives up once the registry
 // has answered and the tags are stored still records them in the status, and a scan of a

@@ -425,3 +425,33 @@ func (e *Env) Client(t testing.TB) *kube.Client {
 	}
 	return c
 }
+
+// ClientSeeing is Client with see called with every request just before it goes out, from the
+// goroutine that sends it: for tests that count or look at a component's requests, or act at
+// the moment one is sent. cfg, when not nil, changes a copy of the apiserver's config first.
+func (e *Env) ClientSeeing(t testing.TB, cfg func(*rest.Config), see func(*http.Request)) *kube.Client {
+	t.Helper()
+	c := rest.CopyConfig(e.Config)
+	if cfg != nil {
+		cfg(c)
+	}
+	c.Wrap(func(next http.RoundTripper) http.RoundTripper {
+		return seeing{next: next, see: see}
+	})
+	kc, err := kube.New(c)
+	if err != nil {
+		t.Fatalf("kubernetes client: %v", err)
+	}
+	return kc
+}
+
+// seeing passes each request to see before next sends it.
+type seeing struct {
+	next http.RoundTripper
+	see  func(*http.Request)
+}
+
+func (s seeing) RoundTrip(req *http.Request) (*http.Response, error) {
+	s.see(req)
+	return s.next.RoundTrip(req)
+}

@@ -12,7 +12,6 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -24,25 +23,12 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // countingClient returns a client of env whose TokenReview requests are counted in n.
 func countingClient(t *testing.T, env *testenv.Env, n *atomic.Int64) *kube.Client {
 	t.Helper()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripper(func(req *http.Request) (*http.Response, error) {
-			if strings.HasSuffix(req.URL.Path, "/tokenreviews") {
-				n.Add(1)
-			}
-			return rt.RoundTrip(req)
-		})
-	}
-	c, err := kube.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return env.ClientSeeing(t, nil, func(req *http.Request) {
+		if strings.HasSuffix(req.URL.Path, "/tokenreviews") {
+			n.Add(1)
+		}
+	})
 }
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // token returns a token of ServiceAccount namespace/sender for audiences.
 func token(t *testing.T, env *testenv.Env, namespace string, audiences ...string) string {
