@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -10,13 +11,11 @@ import (
 	"github.com/imagereflector/reflector/internal/metrics"
 )
 
-// watchInterval is how often an open database probes the gate for waiting
-// processes and checks the end of its linger. It is a poll because flock
-// tells nobody about a lock that another process failed to take. It adds up
-// to its own length to every hand-over: in BenchmarkHandover a writer's p50
-// wait was the same at 1 ms and 5 ms (33-38 ms) and about 10 ms longer at
-// 20 ms (42-47 ms); 5 ms costs a fifth of the probes of 1 ms.
-const watchInterval = 5 * time.Millisecond
+// minHold is how long a holder keeps the directory for its own calls before
+// it gives way to a waiting process. A hand-over costs a Badger close and
+// open (10-40 ms for a writer); giving way at once leaves two busy writers
+// one call per hand-over each.
+const minHold = 5 * time.Millisecond
 
 // acquire returns the open database, opening it when needed. The caller
 // must call release when done with it.
@@ -28,6 +27,7 @@ func (s *Store) acquire(ctx context.Context, write bool) (*badger.DB, error) {
 	s.mu.Lock()
 	for {
 		if s.closed {
+			s.look() // an open that ended after Close
 			s.mu.Unlock()
 			return nil, fmt.Errorf("tag store %s: %w", s.dir, ErrClosed)
 		}
@@ -52,100 +52,96 @@ func (s *Store) acquire(ctx context.Context, write bool) (*badger.DB, error) {
 			}
 			s.db, s.gate, s.state = db, g, stateOpen
 			s.users, s.draining, s.wrote = 0, false, false
-			s.idleSince = time.Now()
+			s.opened, s.idleSince = time.Now(), time.Now()
 			s.opens++
+			if s.rings == nil {
+				s.rings = listen(filepath.Join(s.dir, gateFile), s.lookNow, s.opts.logger)
+			}
 			s.broadcast()
-			go s.watch(db, g)
 			continue
 		}
 		// Opening, closing or draining: wait for the state to change.
 		ch := s.changed
-		s.waiters++
 		s.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			s.mu.Lock()
-			s.waiters--
-			s.mu.Unlock()
 			return nil, s.lockedError(ctx, start)
 		}
 		s.mu.Lock()
-		s.waiters--
 	}
 }
 
 // release ends one call's use of the database.
 func (s *Store) release() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.users--
 	if s.users == 0 {
 		s.idleSince = time.Now()
-		if s.waiters > 0 {
-			s.broadcast()
-		}
-		if s.draining || s.closed {
-			s.wake()
-		}
+		s.look()
 	}
-	s.mu.Unlock()
 }
 
-// watch closes db when it has been idle for the linger, when another process
-// waits for the directory, or when the Store is closed.
-func (s *Store) watch(db *badger.DB, g *gate) {
-	tick := time.NewTicker(watchInterval)
-	defer tick.Stop()
-	write := !s.opts.readOnly
-	for {
-		select {
-		case <-tick.C:
-		case <-s.kick:
-		}
-		s.mu.Lock()
-		if !s.draining && g.waiting(write) {
-			// Calls arriving from now on wait for the next open, which goes
-			// through the gate after the waiter.
-			s.draining = true
-		}
-		if s.users > 0 {
-			s.mu.Unlock()
-			continue
-		}
-		yield := s.draining || s.closed
-		if !yield && time.Since(s.idleSince) < s.opts.linger {
-			s.mu.Unlock()
-			continue
-		}
-		s.state = stateClosing
-		s.broadcast()
-		// Tidying waits for nobody: not on shutdown, and when another
-		// process waits only once the value log is overdue for it, since
-		// a writer that always hands over to a reader would never tidy.
-		tidy := s.wrote && !s.closed
-		urgent := s.draining
-		s.mu.Unlock()
-		if urgent {
-			tidy = tidy && valueLogFiles(s.dir) > 2*maxValueLogFiles
-		}
+// lookNow is look for callers that do not hold s.mu: the linger timer and
+// the gate's rings.
+func (s *Store) lookNow() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.look()
+}
 
+// look decides about the open database; s.mu must be held. It runs when a
+// waiting process rings the gate, when the last call in flight ends, when
+// the linger may have run out, and on HandOver and Close. The database stops
+// admitting calls once another process waits for it (after minHold), and
+// closes when no call is in flight and the Store is closed, draining, or
+// idle for the linger.
+func (s *Store) look() {
+	if s.state != stateOpen {
+		return
+	}
+	held := time.Since(s.opened)
+	if !s.draining && held >= minHold && s.gate.waiting(!s.opts.readOnly) {
+		// Calls arriving from now on wait for the next open, which goes
+		// through the gate after the waiter.
+		s.draining = true
+	}
+	if s.users > 0 {
+		return
+	}
+	if idle := time.Since(s.idleSince); !s.draining && !s.closed && idle < s.opts.linger {
+		next := s.opts.linger - idle
+		if held < minHold {
+			// A ring heard before minHold was passed over: look again then.
+			next = min(next, minHold-held)
+		}
+		s.linger.Reset(next)
+		return
+	}
+	s.state = stateClosing
+	s.linger.Stop()
+	s.broadcast()
+	// Tidying waits for nobody: not on shutdown, and when another process
+	// waits only once the value log is overdue for it, since a writer that
+	// always hands over to a reader would never tidy.
+	db, g, tidy, urgent := s.db, s.gate, s.wrote && !s.closed, s.draining
+	go func() {
 		err := s.closeDB(db, g, tidy, urgent)
-
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		s.db, s.gate, s.state = nil, nil, stateIdle
 		if s.closed {
 			s.closeErr = err
 		}
 		s.broadcast()
-		s.mu.Unlock()
-		return
-	}
+	}()
 }
 
 // closeDB closes a database, first tidying the value log if asked to;
-// urgent tidying goes on while another process waits.
+// urgent tidying, while another process waits, only when it is overdue.
 func (s *Store) closeDB(db *badger.DB, g *gate, tidy, urgent bool) error {
-	if tidy {
+	if tidy && (!urgent || valueLogFiles(s.dir) > 2*maxValueLogFiles) {
 		s.tidy(db, g, urgent)
 	}
 	err := db.Close()

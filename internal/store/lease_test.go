@@ -140,7 +140,7 @@ func TestHandOverClosesWithoutLinger(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.HandOver()
-	testenv.Consistently(t, 3*watchInterval, time.Millisecond, func() error {
+	testenv.Consistently(t, 20*time.Millisecond, time.Millisecond, func() error {
 		if db.IsClosed() {
 			return errors.New("database closed under a call in flight")
 		}

@@ -47,6 +47,7 @@ func (s *Store) openThroughGate(ctx context.Context, g *gate, bo *backoff, start
 			if err == nil || !isLocked(err) {
 				return db, err
 			}
+			g.ring()
 		}
 		t := time.NewTimer(bo.next())
 		select {

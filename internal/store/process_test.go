@@ -224,3 +224,41 @@ func TestCorruptDirectory(t *testing.T) {
 		s.Close()
 	}
 }
+
+// An idle holder gives the directory up as soon as a process of the other
+// mode waits for it, long before its hour-long linger ends: the waiter rings
+// the gate and the holder hears it.
+func TestIdleHolderGivesWay(t *testing.T) {
+	for _, tc := range []struct {
+		holder []Option
+		role   string
+		arg    string
+	}{
+		{holder: nil, role: "reader"},
+		{holder: []Option{ReadOnly()}, role: "writer", arg: "b:1"},
+	} {
+		t.Run(tc.role+" waits", func(t *testing.T) {
+			ctx := testCtx(t)
+			dir := t.TempDir()
+			seed := New(dir)
+			for _, k := range []string{"ns/put", "ns/add"} {
+				if _, _, err := seed.Put(ctx, k, testID, genTags(0, smallGen(0)), time.Now()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := seed.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s := New(dir, append(tc.holder, WithLinger(time.Hour))...)
+			defer s.Close()
+			if _, err := s.Get(ctx, "ns/put", testID); err != nil {
+				t.Fatal(err)
+			}
+			// The reader prints once it has read, the writer once it has written.
+			if l := startHelper(t, tc.role, dir, tc.arg).next(); l == "" {
+				t.Fatalf("the %s printed nothing", tc.role)
+			}
+			waitIdle(t, s)
+		})
+	}
+}

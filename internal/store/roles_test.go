@@ -191,19 +191,15 @@ func rssRole(dir, arg string) int {
 // close, which is the one that tidies.
 func endSession(s *Store) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	linger := s.opts.linger
 	s.opts.linger = 0
-	s.mu.Unlock()
-	s.wake()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.look()
 	for s.state != stateIdle {
 		ch := s.changed
-		s.waiters++
 		s.mu.Unlock()
 		<-ch
 		s.mu.Lock()
-		s.waiters--
 	}
 	s.opts.linger = linger
 }

@@ -16,25 +16,29 @@ type Store struct {
 	opts options
 	// done is closed by Close to stop a caller waiting for the directory.
 	done chan struct{}
-	// kick wakes the watcher of the open database early.
-	kick chan struct{}
+	// linger fires when the open database may have been idle for the
+	// linger, or minHold has passed; it runs look.
+	linger *time.Timer
 
 	mu sync.Mutex
 	// changed is closed and replaced when a waiting call or Close may be
 	// able to proceed.
 	changed chan struct{}
-	// waiters counts the calls waiting on changed.
-	waiters int
 	state   state
 	db      *badger.DB
 	gate    *gate
-	users   int
-	// idleSince is when the last call ended; the linger counts from it.
-	idleSince time.Time
-	draining  bool
-	wrote     bool
-	closed    bool
-	closeErr  error
+	// rings hears waiting processes at the gate; armed by the first open.
+	rings *rings
+	users int
+	// opened is when the database was opened, idleSince when the last call
+	// ended; the linger counts from it.
+	opened, idleSince time.Time
+	// draining admits no new calls: the database closes when the calls in
+	// flight end.
+	draining bool
+	wrote    bool
+	closed   bool
+	closeErr error
 	// opens counts successful opens, for tests.
 	opens int
 }
@@ -55,13 +59,15 @@ func New(dir string, opts ...Option) *Store {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
-	return &Store{
+	s := &Store{
 		dir:     dir,
 		opts:    makeOptions(opts),
 		done:    make(chan struct{}),
-		kick:    make(chan struct{}, 1),
 		changed: make(chan struct{}),
 	}
+	s.linger = time.AfterFunc(time.Hour, s.lookNow)
+	s.linger.Stop()
+	return s
 }
 
 // Close makes further calls fail with ErrClosed, waits for the calls in
@@ -69,22 +75,24 @@ func New(dir string, opts ...Option) *Store {
 // log replay. Closing a closed Store does nothing.
 func (s *Store) Close() error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if !s.closed {
 		s.closed = true
 		close(s.done)
-		s.wake()
+		s.look()
 	}
 	for s.state != stateIdle {
 		ch := s.changed
-		s.waiters++
 		s.mu.Unlock()
 		<-ch
 		s.mu.Lock()
-		s.waiters--
+	}
+	if s.rings != nil {
+		s.rings.stop()
+		s.rings = nil
 	}
 	err := s.closeErr
 	s.closeErr = nil
-	s.mu.Unlock()
 	return err
 }
 
@@ -92,12 +100,4 @@ func (s *Store) Close() error {
 func (s *Store) broadcast() {
 	close(s.changed)
 	s.changed = make(chan struct{})
-}
-
-// wake asks the watcher to look at the state now rather than at its next tick.
-func (s *Store) wake() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
 }
