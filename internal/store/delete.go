@@ -10,21 +10,12 @@ import (
 // Delete removes the entry of key, as when its ImageRepository is deleted.
 // Deleting a missing entry is not an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := checkKey(key); err != nil {
-		return err
-	}
-	db, err := s.acquire(ctx, true)
-	if err != nil {
-		return err
-	}
-	defer s.release()
-	err = update(ctx, db, func(txn *badger.Txn) error {
+	return s.txn(ctx, key, true, func(txn *badger.Txn) error {
 		if err := txn.Delete(metaKey(key)); err != nil {
 			return err
 		}
 		return txn.Delete(tagsKey(key))
 	})
-	return s.keyError(key, err)
 }
 
 // DeleteFor removes the entry of key if it was listed for the object of
@@ -33,19 +24,11 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // already scanned) or of none stays; an unreadable one goes. The check and the deletion are one
 // transaction.
 func (s *Store) DeleteFor(ctx context.Context, key, uid string) (bool, error) {
-	if err := checkKey(key); err != nil {
-		return false, err
-	}
 	if uid == "" {
 		return false, s.keyError(key, ErrIncompleteIdentity)
 	}
-	db, err := s.acquire(ctx, true)
-	if err != nil {
-		return false, err
-	}
-	defer s.release()
 	deleted := false
-	err = update(ctx, db, func(txn *badger.Txn) error {
+	err := s.txn(ctx, key, true, func(txn *badger.Txn) error {
 		deleted = false
 		m, err := readMeta(txn, key)
 		switch {
@@ -64,5 +47,5 @@ func (s *Store) DeleteFor(ctx context.Context, key, uid string) (bool, error) {
 		deleted = true
 		return txn.Delete(tagsKey(key))
 	})
-	return deleted, s.keyError(key, err)
+	return deleted, err
 }

@@ -12,40 +12,23 @@ import (
 // Get returns the entry stored for key ("namespace/name") if it was listed
 // for id, or an error wrapping ErrNotFound when there is none (wrapping
 // ErrOtherIdentity too when there is one listed for another identity).
-func (s *Store) Get(ctx context.Context, key string, id Identity) (Entry, error) {
-	if err := checkKey(key); err != nil {
-		return Entry{}, err
-	}
-	db, err := s.acquire(ctx, false)
-	if err != nil {
-		return Entry{}, err
-	}
-	defer s.release()
-	var e Entry
-	err = db.View(func(txn *badger.Txn) error {
+func (s *Store) Get(ctx context.Context, key string, id Identity) (e Entry, err error) {
+	err = s.txn(ctx, key, false, func(txn *badger.Txn) error {
 		e, err = readEntry(txn, key, id)
 		return err
 	})
-	return e, s.keyError(key, err)
+	return e, err
 }
 
 // Revision returns the revision stored for key without reading its tags, if
 // it was listed for id, or an error wrapping ErrNotFound as Get does.
 func (s *Store) Revision(ctx context.Context, key string, id Identity) (string, error) {
-	if err := checkKey(key); err != nil {
-		return "", err
-	}
-	db, err := s.acquire(ctx, false)
-	if err != nil {
-		return "", err
-	}
-	defer s.release()
 	var m meta
-	err = db.View(func(txn *badger.Txn) error {
+	err := s.txn(ctx, key, false, func(txn *badger.Txn) (err error) {
 		m, err = readMetaOf(txn, key, id)
 		return err
 	})
-	return m.Revision, s.keyError(key, err)
+	return m.Revision, err
 }
 
 // Keys returns the keys of all entries, sorted. The cron reconciler deletes
@@ -129,7 +112,31 @@ func readEntry(txn *badger.Txn, key string, id Identity) (Entry, error) {
 	return Entry{Tags: tags, Revision: m.Revision, ScanTime: m.ScanTime, Identity: m.Identity}, err
 }
 
-// keyError names the store and key in an error from a transaction.
+// txn runs fn in one transaction on the open database, read-write when
+// write, again when a concurrent call of this process committed a
+// conflicting one first. Its error names the store and key.
+func (s *Store) txn(ctx context.Context, key string, write bool, fn func(*badger.Txn) error) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	db, err := s.acquire(ctx, write)
+	if err != nil {
+		return err
+	}
+	defer s.release()
+	for {
+		if write {
+			err = db.Update(fn)
+		} else {
+			err = db.View(fn)
+		}
+		if !errors.Is(err, badger.ErrConflict) || ctx.Err() != nil {
+			return s.keyError(key, err)
+		}
+	}
+}
+
+// keyError names the store and key in an error.
 func (s *Store) keyError(key string, err error) error {
 	if err == nil {
 		return nil

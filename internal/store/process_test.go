@@ -94,28 +94,17 @@ func TestKilledWriterRecovers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Kill at a random point of a later write.
-		time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
-		for {
-			select {
-			case l := <-w.lines:
-				if g, err := strconv.Atoi(l); err == nil {
-					committed = g
-				}
-				continue
-			default:
-			}
-			break
-		}
-		if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_ = w.cmd.Wait()
+		// Kill at a random point of a later write. Its output ends when it
+		// dies; the pipe is read to the end before Wait closes it.
+		time.AfterFunc(time.Duration(rand.IntN(150))*time.Millisecond, func() {
+			_ = w.cmd.Process.Signal(syscall.SIGKILL)
+		})
 		for l := range w.lines {
 			if g, err := strconv.Atoi(l); err == nil {
 				committed = g
 			}
 		}
+		_ = w.cmd.Wait()
 
 		// The kill left a log that a plain read-only open refuses.
 		if db, err := badger.Open(badger.DefaultOptions(dir).WithReadOnly(true).WithLogger(nil)); err == nil {

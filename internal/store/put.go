@@ -14,9 +14,6 @@ import (
 // whether the revision or the identity differs from the stored one (or
 // nothing was stored), which is when policies need evaluating again.
 func (s *Store) Put(ctx context.Context, key string, id Identity, tags []string, scanTime time.Time) (e Entry, changed bool, err error) {
-	if err := checkKey(key); err != nil {
-		return Entry{}, false, err
-	}
 	if !id.complete() {
 		return Entry{}, false, s.keyError(key, ErrIncompleteIdentity)
 	}
@@ -26,12 +23,7 @@ func (s *Store) Put(ctx context.Context, key string, id Identity, tags []string,
 	e = Entry{Tags: sorted, Revision: rev, ScanTime: scanTime.UTC(), Identity: id}
 	metaValue := encodeMeta(meta{Revision: rev, ScanTime: e.ScanTime, Identity: id})
 
-	db, err := s.acquire(ctx, true)
-	if err != nil {
-		return Entry{}, false, err
-	}
-	defer s.release()
-	err = update(ctx, db, func(txn *badger.Txn) error {
+	err = s.txn(ctx, key, true, func(txn *badger.Txn) error {
 		old, err := readMeta(txn, key)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return err
@@ -48,7 +40,7 @@ func (s *Store) Put(ctx context.Context, key string, id Identity, tags []string,
 		return txn.Set(tagsKey(key), value)
 	})
 	if err != nil {
-		return Entry{}, false, s.keyError(key, err)
+		return Entry{}, false, err
 	}
 	return e, changed, nil
 }
@@ -59,18 +51,10 @@ func (s *Store) Put(ctx context.Context, key string, id Identity, tags []string,
 // another identity than id is ErrOtherIdentity: a partial list must never
 // stand in for a full listing, so the first write for an identity is Put's.
 func (s *Store) AddTags(ctx context.Context, key string, id Identity, tags []string) (e Entry, changed bool, err error) {
-	if err := checkKey(key); err != nil {
-		return Entry{}, false, err
-	}
 	if !id.complete() {
 		return Entry{}, false, s.keyError(key, ErrIncompleteIdentity)
 	}
-	db, err := s.acquire(ctx, true)
-	if err != nil {
-		return Entry{}, false, err
-	}
-	defer s.release()
-	err = update(ctx, db, func(txn *badger.Txn) error {
+	err = s.txn(ctx, key, true, func(txn *badger.Txn) error {
 		cur, err := readEntry(txn, key, id)
 		if err != nil {
 			return err
@@ -88,7 +72,7 @@ func (s *Store) AddTags(ctx context.Context, key string, id Identity, tags []str
 		return txn.Set(tagsKey(key), value)
 	})
 	if err != nil {
-		return Entry{}, false, s.keyError(key, err)
+		return Entry{}, false, err
 	}
 	return e, changed, nil
 }
@@ -110,18 +94,4 @@ func mergeTags(sorted, add []string) ([]string, bool) {
 		out = slices.Insert(out, i, t)
 	}
 	return out, added
-}
-
-// update runs fn in a read-write transaction, again when a concurrent call
-// of this process committed a conflicting one first.
-func update(ctx context.Context, db *badger.DB, fn func(*badger.Txn) error) error {
-	for {
-		err := db.Update(fn)
-		if !errors.Is(err, badger.ErrConflict) {
-			return err
-		}
-		if ctx.Err() != nil {
-			return err
-		}
-	}
 }
