@@ -104,15 +104,7 @@ func BenchmarkHandover(b *testing.B) {
 		b.Run(fmt.Sprintf("readers-%d", readers), func(b *testing.B) {
 			ctx := context.Background()
 			dir := b.TempDir()
-			seed := New(dir)
-			for _, k := range []string{"ns/put", "ns/add"} {
-				if _, _, err := seed.Put(ctx, k, testID, genTags(0, smallGen(0)), time.Now()); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := seed.Close(); err != nil {
-				b.Fatal(err)
-			}
+			seedRoles(b, dir)
 			s := New(dir)
 			defer s.Close()
 			var helpers []*helper

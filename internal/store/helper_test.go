@@ -162,6 +162,21 @@ func opCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 20*time.Second)
 }
 
+// seedRoles writes generation 0 of the two keys that the reader and writer
+// roles use.
+func seedRoles(tb testing.TB, dir string) {
+	tb.Helper()
+	s := New(dir)
+	for _, k := range []string{"ns/put", "ns/add"} {
+		if _, _, err := s.Put(context.Background(), k, testID, genTags(0, smallGen(0)), time.Now()); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // genTags is generation g of a list whose every tag names g, so that a list
 // mixing two writes is detectable.
 func genTags(g, n int) []string {

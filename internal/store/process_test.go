@@ -229,15 +229,7 @@ func TestIdleHolderGivesWay(t *testing.T) {
 		t.Run(tc.role+" waits", func(t *testing.T) {
 			ctx := testCtx(t)
 			dir := t.TempDir()
-			seed := New(dir)
-			for _, k := range []string{"ns/put", "ns/add"} {
-				if _, _, err := seed.Put(ctx, k, testID, genTags(0, smallGen(0)), time.Now()); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := seed.Close(); err != nil {
-				t.Fatal(err)
-			}
+			seedRoles(t, dir)
 			s := New(dir, append(tc.holder, WithLinger(time.Hour))...)
 			defer s.Close()
 			if _, err := s.Get(ctx, "ns/put", testID); err != nil {
