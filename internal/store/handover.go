@@ -11,6 +11,6 @@ func (s *Store) HandOver() {
 	defer s.mu.Unlock()
 	if s.state == stateOpen {
 		s.draining = true
-		s.look()
+		s.look(false)
 	}
 }

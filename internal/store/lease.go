@@ -27,7 +27,7 @@ func (s *Store) acquire(ctx context.Context, write bool) (*badger.DB, error) {
 	s.mu.Lock()
 	for {
 		if s.closed {
-			s.look() // an open that ended after Close
+			s.look(false) // an open that ended after Close
 			s.mu.Unlock()
 			return nil, fmt.Errorf("tag store %s: %w", s.dir, ErrClosed)
 		}
@@ -79,30 +79,32 @@ func (s *Store) release() {
 	s.users--
 	if s.users == 0 {
 		s.idleSince = time.Now()
-		s.look()
+		// A waiter's ring makes the holder probe the gate; without the
+		// rings, the end of the last call does.
+		s.look(s.rings == nil)
 	}
 }
 
-// lookNow is look for callers that do not hold s.mu: the linger timer and
-// the gate's rings.
+// lookNow is look for callers that do not hold s.mu, with a probe of the
+// gate: the gate's rings and the timer.
 func (s *Store) lookNow() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.look()
+	s.look(true)
 }
 
 // look decides about the open database; s.mu must be held. It runs when a
 // waiting process rings the gate, when the last call in flight ends, when
-// the linger may have run out, and on HandOver and Close. The database stops
-// admitting calls once another process waits for it (after minHold), and
-// closes when no call is in flight and the Store is closed, draining, or
-// idle for the linger.
-func (s *Store) look() {
+// the linger or minHold may have run out, and on HandOver and Close. With
+// probe, it checks the gate: the database stops admitting calls once another
+// process waits for it (after minHold). It closes when no call is in flight
+// and the Store is closed, draining, or idle for the linger.
+func (s *Store) look(probe bool) {
 	if s.state != stateOpen {
 		return
 	}
 	held := time.Since(s.opened)
-	if !s.draining && held >= minHold && s.gate.waiting(!s.opts.readOnly) {
+	if probe && !s.draining && held >= minHold && s.gate.waiting(!s.opts.readOnly) {
 		// Calls arriving from now on wait for the next open, which goes
 		// through the gate after the waiter.
 		s.draining = true

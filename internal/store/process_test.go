@@ -243,3 +243,44 @@ func TestIdleHolderGivesWay(t *testing.T) {
 		})
 	}
 }
+
+// Without the inotify watch (no instance left) a busy holder still gives
+// way: it probes the gate when its calls end.
+func TestHolderWithoutRingsGivesWayAfterACall(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	seedRoles(t, dir)
+	s := New(dir, WithLinger(time.Hour))
+	defer s.Close()
+	if _, err := s.Get(ctx, "ns/put", testID); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	if err := s.rings.f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.rings = nil
+	s.mu.Unlock()
+	h := startHelper(t, "reader", dir, "")
+	testenv.Eventually(t, 10*time.Second, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.gate.waiting(true) {
+			return errors.New("the reader does not wait yet")
+		}
+		return nil
+	})
+	s.mu.Lock()
+	draining := s.draining
+	s.mu.Unlock()
+	if draining {
+		t.Fatal("the holder gave way without a call: it heard a ring")
+	}
+	if _, err := s.Get(ctx, "ns/put", testID); err != nil {
+		t.Fatal(err)
+	}
+	if l := h.next(); l != "reading" {
+		t.Fatalf("reader printed %q", l)
+	}
+	waitIdle(t, s)
+}

@@ -194,7 +194,7 @@ func endSession(s *Store) {
 	defer s.mu.Unlock()
 	linger := s.opts.linger
 	s.opts.linger = 0
-	s.look()
+	s.look(false)
 	for s.state != stateIdle {
 		ch := s.changed
 		s.mu.Unlock()

@@ -79,7 +79,7 @@ func (s *Store) Close() error {
 	if !s.closed {
 		s.closed = true
 		close(s.done)
-		s.look()
+		s.look(false)
 	}
 	for s.state != stateIdle {
 		ch := s.changed
