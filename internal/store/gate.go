@@ -101,12 +101,13 @@ func lockHow(write bool) int {
 // rings is an inotify watch of the gate file, through which a holder hears
 // waiters ring. Inotify reports only writes made on the node's own kernel;
 // the store's volume is ReadWriteOnce and every process that shares it runs
-// on that node (knative/store.yaml).
+// on that node (knative/store.yaml). f is nil without inotify.
 type rings struct{ f *os.File }
 
 // listen calls heard after each write to the gate file until stop. Without
-// inotify (no instance or watch left) it returns nil: holders then see
-// waiters only at the end of their calls and of their linger.
+// inotify (no instance or watch left) it says so once and hears nothing:
+// holders then see waiters only at the end of their calls and of their
+// linger.
 func listen(path string, heard func(), log *slog.Logger) *rings {
 	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
 	if err == nil {
@@ -117,7 +118,7 @@ func listen(path string, heard func(), log *slog.Logger) *rings {
 	if err != nil {
 		log.Warn("no inotify for the tag store: waiting processes are seen at the end of calls and of the linger",
 			"gate", path, "error", err)
-		return nil
+		return &rings{}
 	}
 	// Non-blocking, so that Go's poller serves the reads and Close ends them.
 	r := &rings{f: os.NewFile(uintptr(fd), "inotify "+path)}
@@ -135,7 +136,7 @@ func listen(path string, heard func(), log *slog.Logger) *rings {
 // stop ends the watch. The kernel takes its time to release an inotify
 // instance (up to 0.4 s measured under load), and nobody needs to wait.
 func (r *rings) stop() {
-	if r != nil {
+	if r != nil && r.f != nil {
 		go r.f.Close()
 	}
 }

@@ -13,7 +13,7 @@ import (
 func TestListenWithoutInotify(t *testing.T) {
 	var logged bytes.Buffer
 	r := listen(filepath.Join(t.TempDir(), "missing", gateFile), func() {}, slog.New(slog.NewTextHandler(&logged, nil)))
-	if r != nil {
+	if r.f != nil {
 		t.Fatal("listen watched a file that does not exist")
 	}
 	r.stop()

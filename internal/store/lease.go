@@ -81,7 +81,7 @@ func (s *Store) release() {
 		s.idleSince = time.Now()
 		// A waiter's ring makes the holder probe the gate; without the
 		// rings, the end of the last call does.
-		s.look(s.rings == nil)
+		s.look(s.rings.f == nil)
 	}
 }
 

@@ -259,7 +259,7 @@ func TestHolderWithoutRingsGivesWayAfterACall(t *testing.T) {
 	if err := s.rings.f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s.rings = nil
+	s.rings = &rings{}
 	s.mu.Unlock()
 	h := startHelper(t, "reader", dir, "")
 	testenv.Eventually(t, 10*time.Second, func() error {

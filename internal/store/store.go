@@ -27,7 +27,7 @@ type Store struct {
 	state   state
 	db      *badger.DB
 	gate    *gate
-	// rings hears waiting processes at the gate; armed by the first open.
+	// rings hears waiting processes at the gate; set up by the first open.
 	rings *rings
 	users int
 	// opened is when the database was opened, idleSince when the last call
