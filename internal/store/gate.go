@@ -19,9 +19,9 @@ import (
 // exclusive for a writer) before it tries to open Badger, keeps it while it
 // retries, rings it (writes to it) after every failed open, and leaves it
 // once Badger is open. A process holding Badger hears the ring through
-// inotify, and at the end of each of its calls, and probes the gate with the
-// lock a conflicting waiter would hold: a reader checks for a waiting writer,
-// a writer for any waiter. When the probe fails it stops admitting calls and
+// inotify (without inotify, it looks at the end of each of its calls) and
+// probes the gate with the lock a conflicting waiter would hold: a reader
+// checks for a waiting writer, a writer for any waiter. When the probe fails it stops admitting calls and
 // closes as soon as the calls in flight end. Readers therefore share the
 // directory with each other but give way to a writer, and a writer gives way
 // to whoever waits next. flock locks disappear with the process, so a crash

@@ -118,11 +118,11 @@ func (s *Store) look(probe bool) {
 			// A ring heard before minHold was passed over: look again then.
 			next = min(next, minHold-held)
 		}
-		s.linger.Reset(next)
+		s.timer.Reset(next)
 		return
 	}
 	s.state = stateClosing
-	s.linger.Stop()
+	s.timer.Stop()
 	s.broadcast()
 	// Tidying waits for nobody: not on shutdown, and when another process
 	// waits only once the value log is overdue for it, since a writer that

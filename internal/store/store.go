@@ -16,9 +16,9 @@ type Store struct {
 	opts options
 	// done is closed by Close to stop a caller waiting for the directory.
 	done chan struct{}
-	// linger fires when the open database may have been idle for the
+	// timer fires when the open database may have been idle for the
 	// linger, or minHold has passed; it runs look.
-	linger *time.Timer
+	timer *time.Timer
 
 	mu sync.Mutex
 	// changed is closed and replaced when a waiting call or Close may be
@@ -65,8 +65,8 @@ func New(dir string, opts ...Option) *Store {
 		done:    make(chan struct{}),
 		changed: make(chan struct{}),
 	}
-	s.linger = time.AfterFunc(time.Hour, s.lookNow)
-	s.linger.Stop()
+	s.timer = time.AfterFunc(time.Hour, s.lookNow)
+	s.timer.Stop()
 	return s
 }
 
