@@ -52,7 +52,8 @@ func (s *Store) acquire(ctx context.Context, write bool) (*badger.DB, error) {
 			}
 			s.db, s.gate, s.state = db, g, stateOpen
 			s.users, s.draining, s.wrote = 0, false, false
-			s.opened, s.idleSince = time.Now(), time.Now()
+			s.opened = time.Now()
+			s.idleSince = s.opened
 			s.opens++
 			if s.rings == nil {
 				s.rings = listen(filepath.Join(s.dir, gateFile), s.lookNow, s.opts.logger)

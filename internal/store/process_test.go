@@ -222,9 +222,12 @@ func TestIdleHolderGivesWay(t *testing.T) {
 		holder []Option
 		role   string
 		arg    string
+		// first is how the helper's first line starts: the reader prints
+		// once it has read, the writer its summary once it has written.
+		first string
 	}{
-		{holder: nil, role: "reader"},
-		{holder: []Option{ReadOnly()}, role: "writer", arg: "b:1"},
+		{holder: nil, role: "reader", first: "reading"},
+		{holder: []Option{ReadOnly()}, role: "writer", arg: "b:1", first: "{"},
 	} {
 		t.Run(tc.role+" waits", func(t *testing.T) {
 			ctx := testCtx(t)
@@ -235,9 +238,8 @@ func TestIdleHolderGivesWay(t *testing.T) {
 			if _, err := s.Get(ctx, "ns/put", testID); err != nil {
 				t.Fatal(err)
 			}
-			// The reader prints once it has read, the writer once it has written.
-			if l := startHelper(t, tc.role, dir, tc.arg).next(); l == "" {
-				t.Fatalf("the %s printed nothing", tc.role)
+			if l := startHelper(t, tc.role, dir, tc.arg).next(); !strings.HasPrefix(l, tc.first) {
+				t.Fatalf("the %s printed %q", tc.role, l)
 			}
 			waitIdle(t, s)
 		})
