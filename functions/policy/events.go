@@ -25,7 +25,7 @@ func (h *Handler) handleEvent(ctx context.Context, e cloudevents.Event) error {
 		if err := decodeObject(e, &d, &d.Namespace, &d.Name); err != nil {
 			return err
 		}
-		outs, err = h.ev.EvaluateRepository(ctx, d.Namespace, d.Name)
+		outs, err = h.ev.EvaluateChange(ctx, d)
 	case events.TypePolicyRequested:
 		var d events.ObjectRef
 		if err := decodeObject(e, &d, &d.Namespace, &d.Name); err != nil {

@@ -66,6 +66,33 @@ type TagsChanged struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	Revision  string `json:"revision"`
+	// Delta, when set, tells how the new set was made from an earlier one: a scan that added
+	// pushed tags to a stored list says which. A full listing sends none.
+	Delta *TagsDelta `json:"delta,omitempty"`
+}
+
+// MaxDeltaTags is the most tags a TagsDelta carries: more than a scan adds at once when it
+// confirms pushed tags one by one instead of listing them.
+const MaxDeltaTags = 16
+
+// TagsDelta is an addition to a stored tag list: the list of revision From, listed for the
+// identity UID, Image and Listing (store.Identity), plus Added, is the list of the event's
+// Revision. Proof signs all of it with the store directory's key (store.Store.ProofKey), so
+// that a receiver may apply the delta as the store's own word; a delta that does not verify is
+// only a trigger.
+type TagsDelta struct {
+	UID     string     `json:"uid"`
+	Image   string     `json:"image"`
+	Listing string     `json:"listing,omitempty"`
+	From    string     `json:"from"`
+	Added   []AddedTag `json:"added"`
+	Proof   string     `json:"proof,omitempty"`
+}
+
+// AddedTag is a tag a scan added, with the digest the registry confirmed it with.
+type AddedTag struct {
+	Tag    string `json:"tag"`
+	Digest string `json:"digest,omitempty"`
 }
 
 // LatestChanged announces a new latest image of an ImagePolicy.

@@ -220,6 +220,9 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 		return e.fail(ctx, pol, token, v1.InvalidPolicyReason, true, err)
 	}
 
+	if out, ok, err := e.advance(ctx, w, pol, token, repo, id, sel); ok {
+		return out, err
+	}
 	key := StoreKey(repoNS, repoName)
 	rev, err := w.revision(key, id)
 	switch {
@@ -301,7 +304,13 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 	var wasReady bool
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
+	started := evaluatedRevision(pol)
 	updated, err := e.status().write(wctx, pol, func(p *v1.ImagePolicy) error {
+		// The outcome was derived from the status as read: written over another evaluation's,
+		// it could take latestRef back.
+		if evaluatedRevision(p) != started {
+			return fmt.Errorf("ImagePolicy %s/%s: %w", pol.Namespace, pol.Name, errStatusMoved)
+		}
 		st := &p.Status
 		wasReady = apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition)
 		out.Changed, out.Previous = false, nil

@@ -25,10 +25,13 @@ import (
 // The error joins the evaluator's own failures; the outcomes of the policies that were evaluated
 // are returned with it.
 func (e *Evaluator) EvaluateRepository(ctx context.Context, repoNamespace, repoName string) ([]PolicyOutcome, error) {
+	return e.evaluateRepository(ctx, e.newPolicyWorld(ctx), repoNamespace, repoName)
+}
+
+func (e *Evaluator) evaluateRepository(ctx context.Context, w *policyWorld, repoNamespace, repoName string) ([]PolicyOutcome, error) {
 	keep := func(p *v1.ImagePolicy) bool {
 		return p.RepositoryNamespace() == repoNamespace && p.Spec.ImageRepositoryRef.Name == repoName
 	}
-	w := e.newPolicyWorld(ctx)
 	// The repository and the revision of its tags are read while the policies are listed.
 	var prefetch sync.WaitGroup
 	prefetch.Go(func() { w.prefetch(ctx, repoNamespace, repoName) })
@@ -51,16 +54,21 @@ func (e *Evaluator) EvaluateRepository(ctx context.Context, repoNamespace, repoN
 	return outs, err
 }
 
-// evaluateFresh evaluates pol, as listed, and once more as it is now when its spec changed
-// before the outcome was written (the listing may come from the apiserver's cache).
+// evaluateFresh evaluates pol, as listed, and once more as it is now when its spec or its
+// evaluated revision changed before the outcome was written (the listing may come from the
+// apiserver's cache, and another evaluation may have written since). The second evaluation
+// reads the tags afresh: those read for the first may be older than what the status now records.
 func (e *Evaluator) evaluateFresh(ctx context.Context, w *policyWorld, pol *v1.ImagePolicy) (PolicyOutcome, error) {
 	out, err := e.evaluate(ctx, w, pol)
-	if !errors.Is(err, errSpecChanged) {
+	if !errors.Is(err, errSpecChanged) && !errors.Is(err, errStatusMoved) {
 		return out, err
 	}
 	fresh, gerr := e.Kube.Policies.Get(ctx, pol.Namespace, pol.Name)
 	if gerr != nil {
 		return out, errors.Join(err, gerr)
+	}
+	if errors.Is(err, errStatusMoved) {
+		w = w.again()
 	}
 	return e.evaluate(ctx, w, fresh)
 }

@@ -30,6 +30,9 @@ type policyWorld struct {
 	namespaces map[string]*lazyValue[labels.Set]
 	revisions  map[string]*lazyValue[string]
 	entries    map[string]*lazyValue[store.Entry]
+	// delta is the verified addition of the event being handled, if any: policies that read its
+	// starting revision advance by it without reading the store.
+	delta *delta
 }
 
 // lazyValue is a value loaded once, by whichever evaluation needs it first.
@@ -56,6 +59,14 @@ func (e *Evaluator) newPolicyWorld(ctx context.Context) *policyWorld {
 		revisions:  map[string]*lazyValue[string]{},
 		entries:    map[string]*lazyValue[store.Entry]{},
 	}
+}
+
+// again returns a world like w that reads every value afresh, for an evaluation whose first
+// attempt may have read tags older than what a status now records.
+func (w *policyWorld) again() *policyWorld {
+	fresh := w.e.newPolicyWorld(w.ctx)
+	fresh.wait, fresh.delta = w.wait, w.delta
+	return fresh
 }
 
 // expect announces one more evaluation of a policy of the repository key.
@@ -104,7 +115,8 @@ func (w *policyWorld) prefetch(ctx context.Context, namespace, name string) {
 	if err != nil {
 		return
 	}
-	if id, err := RepositoryIdentity(repo); err == nil {
+	// With a delta of this identity the store is read only by the policies it does not advance.
+	if id, err := RepositoryIdentity(repo); err == nil && (w.delta == nil || w.delta.id != id) {
 		_, _ = w.revision(StoreKey(namespace, name), id)
 	}
 }

@@ -384,31 +384,84 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	if err != nil {
 		return s.fail(ctx, repo, token, v1.ImageURLInvalidReason, true, err)
 	}
-	canonical := id.Image
 	sc, err := s.Registry.Prepare(ctx, s.Kube, repo)
 	if err != nil {
 		return s.fail(ctx, repo, token, registry.Reason(err), registry.Stalled(err), err)
 	}
 	defer sc.Close()
 
-	var (
-		entry   store.Entry
-		written bool
-	)
-	incremental := hint != nil && len(hint.Tags) > 0 && s.specScanned(repo, canonical)
+	res, err := s.storeTags(ctx, sc, repo, id, hint)
+	if err != nil {
+		var lf listingFailed
+		if errors.As(err, &lf) {
+			// The entry keeps the identity it was listed for, so evaluations of an edited
+			// repository wait for a successful scan rather than use it.
+			return s.fail(ctx, repo, token, registry.Reason(lf.err), registry.Stalled(lf.err), lf.err)
+		}
+		return out, err
+	}
+	out = res.outcome(repo)
+	// The policies are evaluated from the store, or from the delta, and the repository's spec,
+	// not its status: they hear of the new tags while the status is written.
+	defer s.announce(ctx, repo, id, res, out.Changed)()
+	return out, s.record(ctx, repo, token, id.Image, res, out)
+}
+
+// stored is what a scan left in the tag store.
+type stored struct {
+	entry store.Entry
+	// written tells that a listing replaced the entry's list or identity (store.Store.Put).
+	written bool
+	// listing is why every tag was listed; empty for the incremental path.
+	listing string
+	// added is the incremental path's addition, and digests the digests its tags were
+	// confirmed with; added is nil after a listing.
+	added   *store.Addition
+	digests map[string]string
+}
+
+// outcome is the ScanOutcome of a scan that stored res, for repo as read.
+func (res stored) outcome(repo *v1.ImageRepository) ScanOutcome {
+	prev := ""
+	if repo.Status.LastScanResult != nil {
+		prev = repo.Status.LastScanResult.Revision
+	}
+	// A list that replaced none, or one of another identity, is news to the policies even with
+	// the revision the status shows: they are waiting for it.
+	out := ScanOutcome{Incremental: res.listing == "", Listing: res.listing, Revision: res.entry.Revision,
+		TagCount: len(res.entry.Tags), Changed: res.entry.Revision != prev || res.written}
+	if out.Incremental {
+		out.Listing = ""
+	}
+	return out
+}
+
+// listingFailed is the registry's failure to list the tags: the repository's failure, which
+// its status records, rather than the scanner's.
+type listingFailed struct{ err error }
+
+func (l listingFailed) Error() string { return l.err.Error() }
+func (l listingFailed) Unwrap() error { return l.err }
+
+// storeTags brings the stored tags of repo up to date: with a hint whose pushed tags can be
+// confirmed one by one for fewer requests than a listing, it confirms and adds them (the
+// incremental path); otherwise it lists every tag and replaces the stored list.
+func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.ImageRepository, id store.Identity, hint *Hint) (stored, error) {
+	key := StoreKey(repo.Namespace, repo.Name)
+	incremental := hint != nil && len(hint.Tags) > 0 && s.specScanned(repo, id.Image)
 	listing := ListingRequested
 	if incremental {
 		// Pushed tags that the stored list holds cost no request: the notifications of a burst
 		// trail its pushes, and a listing during the burst has seen many of them.
-		stored, err := s.Store.Get(ctx, key, id)
+		held, err := s.Store.Get(ctx, key, id)
 		switch {
 		case err == nil:
-			hint = notStored(hint, stored.Tags)
+			hint = notStored(hint, held.Tags)
 		case errors.Is(err, store.ErrNotFound):
 			// Also ErrOtherIdentity: a list taken for another object or spec is no base.
 			incremental, listing = false, ListingUnconfirmed
 		default:
-			return out, fmt.Errorf("reading the tags of %s: %w", key, err)
+			return stored{}, fmt.Errorf("reading the tags of %s: %w", key, err)
 		}
 	}
 	// Pushed tags that a listing chosen for its cost must show; see listed.
@@ -417,59 +470,76 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		incremental, recheck, listing = false, hint.Tags, ListingCheaper
 	}
 	if incremental {
-		entry, incremental, err = s.addPushed(ctx, sc, key, id, hint.Tags)
-		if err != nil {
-			return out, err
+		res, ok, err := s.addPushed(ctx, sc, key, id, hint.Tags)
+		if err != nil || ok {
+			return res, err
 		}
-		if !incremental {
-			listing = ListingUnconfirmed
-		}
+		listing = ListingUnconfirmed
 	}
-	if !incremental {
-		res, err := sc.ListTags(ctx)
-		if err != nil {
-			// The entry keeps the identity it was listed for, so evaluations of an edited
-			// repository wait for a successful scan rather than use it.
-			return s.fail(ctx, repo, token, registry.Reason(err), registry.Stalled(err), err)
-		}
-		tags := listed(ctx, sc, res, recheck)
-		if entry, written, err = s.Store.Put(ctx, key, id, tags, now()); err != nil {
-			return out, fmt.Errorf("storing the tags of %s: %w", key, err)
-		}
+	res, err := sc.ListTags(ctx)
+	if err != nil {
+		return stored{}, listingFailed{err}
 	}
+	tags := listed(ctx, sc, res, recheck)
+	entry, written, err := s.Store.Put(ctx, key, id, tags, clock(s.Now)())
+	if err != nil {
+		return stored{}, fmt.Errorf("storing the tags of %s: %w", key, err)
+	}
+	return stored{entry: entry, written: written, listing: listing}, nil
+}
 
-	prev := ""
-	if repo.Status.LastScanResult != nil {
-		prev = repo.Status.LastScanResult.Revision
+// announce tells the policies that the tags of repo changed, in the background: the TagsChanged
+// event carries the delta of an incremental scan, signed with the store's key, so that the
+// policy function can apply it without opening the store. The returned function waits for the
+// delivery.
+func (s *Scanner) announce(ctx context.Context, repo *v1.ImageRepository, id store.Identity, res stored, changed bool) (wait func()) {
+	if !changed || s.Sink == nil {
+		return func() {}
 	}
-	// A list that replaced none, or one of another identity, is news to the policies even with
-	// the revision the status shows: they are waiting for it.
-	changed := entry.Revision != prev || written
-	if changed && s.Sink != nil {
+	data := events.TagsChanged{Namespace: repo.Namespace, Name: repo.Name, Revision: res.entry.Revision}
+	if d := res.delta(id); d != nil {
+		data.Delta = d
+		if key, err := s.Store.ProofKey(false); err != nil || data.Sign(key) != nil {
+			// Unsigned, the event is only a trigger: the policies read the store.
+			logger(s.Log).WarnContext(ctx, "signing the tags a scan added", "namespace", repo.Namespace, "name", repo.Name, "error", err)
+			data.Delta = nil
+		}
+	}
+	if data.Delta == nil {
 		// The policy function reads the new tags as soon as it hears of them: it finds the
 		// store closed rather than waiting for this process to notice it and close it.
 		s.Store.HandOver()
 	}
-	out = ScanOutcome{Incremental: incremental, Revision: entry.Revision, TagCount: len(entry.Tags), Changed: changed}
-	if !incremental {
-		out.Listing = listing
-	}
-	// The policies are evaluated from the store and the repository's spec, not its status: they
-	// hear of the new tags while the status is written.
 	var announced sync.WaitGroup
-	if changed && s.Sink != nil {
-		announced.Go(func() {
-			data := events.TagsChanged{Namespace: namespace, Name: name, Revision: entry.Revision}
-			if err := s.Sink.Send(ctx, events.TypeTagsChanged, key, data); err != nil {
-				// The cron reconciler re-evaluates policies that missed this.
-				logger(s.Log).WarnContext(ctx, "announcing changed tags", "namespace", namespace, "name", name, "error", err)
-			}
-		})
+	announced.Go(func() {
+		if err := s.Sink.Send(ctx, events.TypeTagsChanged, StoreKey(repo.Namespace, repo.Name), data); err != nil {
+			// The cron reconciler re-evaluates policies that missed this.
+			logger(s.Log).WarnContext(ctx, "announcing changed tags", "namespace", repo.Namespace, "name", repo.Name, "error", err)
+		}
+	})
+	return announced.Wait
+}
+
+// delta is the addition res made for identity id, as a TagsChanged event carries it, or nil when
+// it made none that fits one: a listing, no new tag, or more tags than an event carries.
+func (res stored) delta(id store.Identity) *events.TagsDelta {
+	a := res.added
+	if a == nil || len(a.Tags) == 0 || len(a.Tags) > events.MaxDeltaTags || a.From == "" {
+		return nil
 	}
-	defer announced.Wait()
+	d := &events.TagsDelta{UID: id.UID, Image: id.Image, Listing: id.Listing, From: a.From}
+	for _, tag := range a.Tags {
+		d.Added = append(d.Added, events.AddedTag{Tag: tag, Digest: res.digests[tag]})
+	}
+	return d
+}
+
+// record writes the status of a scan of repo that stored res: the scan result, the request
+// handled, and Ready=True. The tags are stored and announced: the status records them even when
+// the caller has given up since, as the evaluator's and a failure's writes do.
+func (s *Scanner) record(ctx context.Context, repo *v1.ImageRepository, token, canonical string, res stored, out ScanOutcome) error {
+	entry := res.entry
 	message := fmt.Sprintf("successful scan: found %d tags", len(entry.Tags))
-	// The tags are stored and announced: the status records them even when the caller has
-	// given up since, as the evaluator's and a failure's writes do.
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	updated, err := s.status().write(wctx, repo, func(r *v1.ImageRepository) error {
@@ -489,14 +559,14 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		return nil
 	})
 	if err != nil {
-		return out, fmt.Errorf("writing the status of ImageRepository %s: %w", key, err)
+		return fmt.Errorf("writing the status of ImageRepository %s/%s: %w", repo.Namespace, repo.Name, err)
 	}
-	metrics.SetRepositoryTags(namespace, name, len(entry.Tags))
+	metrics.SetRepositoryTags(repo.Namespace, repo.Name, len(entry.Tags))
 	// As Flux does, a scan is news when it found other tags or ended a failure.
 	if out.Changed || !apimeta.IsStatusConditionTrue(repo.Status.Conditions, v1.ReadyCondition) {
 		s.Recorder.Normal(updated, v1.SucceededReason, message)
 	}
-	return out, nil
+	return nil
 }
 
 // finalize cleans up after a repository being deleted, suspended or not: its tags leave the
@@ -535,34 +605,38 @@ func (s *Scanner) specScanned(repo *v1.ImageRepository, canonical string) bool {
 // addPushed confirms each pushed tag (registry.Scan.Confirm) and adds those that exist and that
 // the exclusion list keeps. It reports false when a full listing must be done instead: the
 // store holds no list of identity id to add to, or the registry could not confirm a tag.
-func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, id store.Identity, tags []string) (store.Entry, bool, error) {
+func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, id store.Identity, tags []string) (stored, bool, error) {
 	var confirmed []string
+	digests := map[string]string{}
 	for _, tag := range tags {
 		if sc.Excluded(tag) || slices.Contains(confirmed, tag) {
 			continue
 		}
-		if err := sc.Confirm(ctx, tag); err != nil {
-			return store.Entry{}, false, nil
+		digest, err := sc.Confirm(ctx, tag)
+		if err != nil {
+			return stored{}, false, nil
 		}
 		confirmed = append(confirmed, tag)
+		digests[tag] = digest
 	}
 	var (
-		entry store.Entry
-		err   error
+		a   store.Addition
+		err error
 	)
 	if len(confirmed) == 0 {
-		entry, err = s.Store.Get(ctx, key, id)
+		a.Entry, err = s.Store.Get(ctx, key, id)
+		a.From = a.Entry.Revision
 	} else {
-		entry, _, err = s.Store.AddTags(ctx, key, id, confirmed)
+		a, err = s.Store.Add(ctx, key, id, confirmed)
 	}
 	// Also ErrOtherIdentity: a list taken for another object or spec is no base to add to.
 	if errors.Is(err, store.ErrNotFound) {
-		return store.Entry{}, false, nil
+		return stored{}, false, nil
 	}
 	if err != nil {
-		return store.Entry{}, false, fmt.Errorf("adding pushed tags to %s: %w", key, err)
+		return stored{}, false, fmt.Errorf("adding pushed tags to %s: %w", key, err)
 	}
-	return entry, true, nil
+	return stored{entry: a.Entry, added: &a, digests: digests}, true, nil
 }
 
 // notStored returns hint without the tags that stored, a sorted list, holds.
@@ -591,7 +665,7 @@ func listed(ctx context.Context, sc *registry.Scan, res registry.Result, pushed 
 	missing = missing[max(0, len(missing)-max(res.Pages, 1)):]
 	tags := res.Tags
 	for _, tag := range missing {
-		if sc.Confirm(ctx, tag) == nil {
+		if _, err := sc.Confirm(ctx, tag); err == nil {
 			i, _ := slices.BinarySearch(tags, tag)
 			tags = slices.Insert(tags, i, tag)
 		}

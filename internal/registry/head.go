@@ -42,18 +42,18 @@ var confirmDelays = [...]time.Duration{25 * time.Millisecond, 50 * time.Millisec
 // Confirm checks that tag, which a push event has just announced, exists: a HEAD, and while the
 // registry answers 404, a few more at short intervals, because some registries (CNCF
 // distribution 2.8 among them) send their notification before the tag can be read. It returns
-// the last HEAD's error.
-func (s *Scan) Confirm(ctx context.Context, tag string) error {
+// the digest the tag points at, or the last HEAD's error.
+func (s *Scan) Confirm(ctx context.Context, tag string) (string, error) {
 	for i := 0; ; i++ {
-		_, err := s.Head(ctx, tag)
+		digest, err := s.Head(ctx, tag)
 		if err == nil || !notFound(err) || i == len(confirmDelays) {
-			return err
+			return digest, err
 		}
 		t := time.NewTimer(confirmDelays[i])
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return err
+			return "", err
 		case <-t.C:
 		}
 	}

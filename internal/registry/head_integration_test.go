@@ -81,7 +81,7 @@ func TestIntegrationConfirmWaitsForAJustNotifiedTag(t *testing.T) {
 	defer s.Close()
 
 	confirmed := make(chan error, 1)
-	go func() { confirmed <- s.Confirm(context.Background(), "v2") }()
+	go func() { _, err := s.Confirm(context.Background(), "v2"); confirmed <- err }()
 	// v2 is pushed once Confirm has found it missing.
 	testenv.Eventually(t, 10*time.Second, func() error {
 		if countPaths(reg, "/manifests/v2") == 0 {
@@ -95,7 +95,7 @@ func TestIntegrationConfirmWaitsForAJustNotifiedTag(t *testing.T) {
 	}
 
 	before := countPaths(reg, "/manifests/")
-	err = s.Confirm(context.Background(), "never")
+	_, err = s.Confirm(context.Background(), "never")
 	wantError(t, err, v1.ReadOperationFailedReason, `tag "never" not found`)
 	if n := countPaths(reg, "/manifests/") - before; n != 7 {
 		t.Errorf("%d HEADs for a tag that never appears, want 7", n)

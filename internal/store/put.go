@@ -51,8 +51,26 @@ func (s *Store) Put(ctx context.Context, key string, id Identity, tags []string,
 // another identity than id is ErrOtherIdentity: a partial list must never
 // stand in for a full listing, so the first write for an identity is Put's.
 func (s *Store) AddTags(ctx context.Context, key string, id Identity, tags []string) (e Entry, changed bool, err error) {
+	a, err := s.Add(ctx, key, id, tags)
+	return a.Entry, len(a.Tags) > 0, err
+}
+
+// Addition is what Add did to an entry: the entry after it, the revision it
+// started from, and the tags it added, which the entry did not hold before.
+// Entry.Revision equals From when Tags is empty.
+type Addition struct {
+	Entry Entry
+	From  string
+	Tags  []string
+}
+
+// Add is AddTags that also tells which revision the tags were added to and
+// which of them were new, read in the same transaction that wrote them: a
+// reader that holds the list of revision From holds the list of
+// Entry.Revision once it adds Tags.
+func (s *Store) Add(ctx context.Context, key string, id Identity, tags []string) (a Addition, err error) {
 	if !id.complete() {
-		return Entry{}, false, s.keyError(key, ErrIncompleteIdentity)
+		return Addition{}, s.keyError(key, ErrIncompleteIdentity)
 	}
 	err = s.txn(ctx, key, true, func(txn *badger.Txn) error {
 		cur, err := readEntry(txn, key, id)
@@ -60,37 +78,38 @@ func (s *Store) AddTags(ctx context.Context, key string, id Identity, tags []str
 			return err
 		}
 		merged, added := mergeTags(cur.Tags, tags)
-		e, changed = cur, added
-		if !added {
+		a = Addition{Entry: cur, From: cur.Revision, Tags: added}
+		if len(added) == 0 {
 			return nil
 		}
 		value, rev := encodeTags(merged)
-		e = Entry{Tags: merged, Revision: rev, ScanTime: cur.ScanTime, Identity: id}
+		a.Entry = Entry{Tags: merged, Revision: rev, ScanTime: cur.ScanTime, Identity: id}
 		if err := txn.Set(metaKey(key), encodeMeta(meta{Revision: rev, ScanTime: cur.ScanTime, Identity: id})); err != nil {
 			return err
 		}
 		return txn.Set(tagsKey(key), value)
 	})
 	if err != nil {
-		return Entry{}, false, err
+		return Addition{}, err
 	}
-	return e, changed, nil
+	return a, nil
 }
 
 // mergeTags inserts the tags of add missing from the sorted list, without
-// re-sorting a list that may hold 100k tags for the one a push adds.
-func mergeTags(sorted, add []string) ([]string, bool) {
+// re-sorting a list that may hold 100k tags for the one a push adds. It
+// returns the merged list and the tags it inserted, in the order of add.
+func mergeTags(sorted, add []string) ([]string, []string) {
 	out := sorted
-	added := false
+	var added []string
 	for _, t := range add {
 		i, found := slices.BinarySearch(out, t)
 		if found {
 			continue
 		}
-		if !added {
+		if added == nil {
 			out = slices.Clone(sorted)
-			added = true
 		}
+		added = append(added, t)
 		out = slices.Insert(out, i, t)
 	}
 	return out, added

@@ -41,6 +41,8 @@ type Store struct {
 	closeErr error
 	// opens counts successful opens, for tests.
 	opens int
+	// proofKey is the directory's key, once read (ProofKey).
+	proofKey []byte
 }
 
 // state is where the Store is in the life of one open database.

@@ -1,10 +1,13 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -264,4 +267,56 @@ func TestClosedStore(t *testing.T) {
 // entriesEqual compares entries, times by instant.
 func entriesEqual(a, b Entry) bool {
 	return slices.Equal(a.Tags, b.Tags) && a.Revision == b.Revision && a.ScanTime.Equal(b.ScanTime) && a.Identity == b.Identity
+}
+
+// TestAddReportsTheAddition: Add tells the revision it added to and only the tags that were new.
+func TestAddReportsTheAddition(t *testing.T) {
+	s := newTestStore(t)
+	ctx := context.Background()
+	put, _, err := s.Put(ctx, "ns/app", testID, []string{"v1", "v2"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Add(ctx, "ns/app", testID, []string{"v2", "v3", "v0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.From != put.Revision || !slices.Equal(a.Tags, []string{"v3", "v0"}) ||
+		!slices.Equal(a.Entry.Tags, []string{"v0", "v1", "v2", "v3"}) || a.Entry.Revision == put.Revision {
+		t.Fatalf("Add = %+v; want v3 and v0 added to revision %s", a, put.Revision)
+	}
+	again, err := s.Add(ctx, "ns/app", testID, []string{"v3"})
+	if err != nil || len(again.Tags) != 0 || again.From != a.Entry.Revision || again.Entry.Revision != a.Entry.Revision {
+		t.Fatalf("Add of a stored tag = %+v, %v; want nothing added", again, err)
+	}
+}
+
+// TestProofKeyIsShared: every Store of a directory reads the same key, created once, and a
+// fresh read sees a replaced file.
+func TestProofKeyIsShared(t *testing.T) {
+	dir := t.TempDir()
+	a, b := New(dir), New(dir, ReadOnly())
+	defer a.Close()
+	defer b.Close()
+	ka, err := a.ProofKey(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := b.ProofKey(false)
+	if err != nil || !bytes.Equal(ka, kb) || len(ka) != 32 {
+		t.Fatalf("keys %x and %x (%v); want one key of 32 bytes", ka, kb, err)
+	}
+	if err := os.Remove(filepath.Join(dir, proofFile)); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := a.ProofKey(true)
+	if err != nil || bytes.Equal(kc, ka) {
+		t.Fatalf("fresh key %x (%v); want a new key after the file went", kc, err)
+	}
+	if cached, _ := b.ProofKey(false); !bytes.Equal(cached, ka) {
+		t.Fatal("a key read before changed without a fresh read")
+	}
+	if fresh, _ := b.ProofKey(true); !bytes.Equal(fresh, kc) {
+		t.Fatal("a fresh read does not see the new key")
+	}
 }
