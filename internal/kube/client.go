@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 
@@ -206,6 +207,13 @@ func (o *Objects[T, L]) List(ctx context.Context, namespace string, opts metav1.
 	err := o.rest.Get().NamespaceIfScoped(namespace, !o.clusterScoped).Resource(o.resource).
 		VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(out)
 	return out, err
+}
+
+// Watch watches objects of one namespace, or of all namespaces when namespace is empty.
+func (o *Objects[T, L]) Watch(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return o.rest.Get().NamespaceIfScoped(namespace, !o.clusterScoped).Resource(o.resource).
+		VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
 }
 
 // DefaultPageSize is the number of objects a list call asks for when its caller sets none.

@@ -1,0 +1,289 @@
+package reconcile_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/store"
+)
+
+// add adds tags to the stored list of ns/name as a scan's incremental path does and returns
+// the TagsChanged event it announces, signed with the store's key. digest gives each tag's
+// digest.
+func (f *evalFixture) add(t testing.TB, ns, name string, tags ...string) events.TagsChanged {
+	t.Helper()
+	id := f.ids[reconcile.StoreKey(ns, name)]
+	a, err := f.writer.Add(context.Background(), reconcile.StoreKey(ns, name), id, tags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := events.TagsChanged{Namespace: ns, Name: name, Revision: a.Entry.Revision, Delta: &events.TagsDelta{
+		UID: id.UID, Image: id.Image, Listing: id.Listing, From: a.From}}
+	for _, tag := range a.Tags {
+		c.Delta.Added = append(c.Delta.Added, events.AddedTag{Tag: tag, Digest: digestOf(tag)})
+	}
+	key, err := f.writer.ProofKey(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sign(key); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// digestOf is the digest the tests' deltas give a tag.
+func digestOf(tag string) string {
+	return "sha256:" + strings.Repeat("0", 64-len(tag)) + strings.Map(func(r rune) rune {
+		if strings.ContainsRune("0123456789abcdef", r) {
+			return r
+		}
+		return 'f'
+	}, tag)
+}
+
+// storeless returns an Evaluator like f's whose tag store holds no tags, only the key of f's
+// directory: an evaluation that succeeds through it did not read the tags.
+func (f *evalFixture) storeless(t testing.TB) *reconcile.Evaluator {
+	t.Helper()
+	key, err := f.writer.ProofKey(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "reflector.key"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := store.New(dir, store.ReadOnly())
+	t.Cleanup(func() { empty.Close() })
+	ev := f.evaluator(t)
+	ev.Store = empty
+	return ev
+}
+
+func evaluatedRevision(p *v1.ImagePolicy) string {
+	if c := apimeta.FindStatusCondition(p.Status.Conditions, v1.TagsEvaluatedCondition); c != nil {
+		return c.Message
+	}
+	return ""
+}
+
+// TestAdvanceIntegration: a policy that read the revision a delta starts from advances by it
+// without reading the tag store; any doubt sends it to the store instead.
+func TestAdvanceIntegration(t *testing.T) {
+	f := newEvalFixture(t)
+	const image = "ghcr.io/org/app"
+	// setUp makes a repository with tags, and a policy of it evaluated from the store.
+	setUp := func(t *testing.T, name string, spec v1.ImagePolicySpec, tags ...string) {
+		t.Helper()
+		f.repo(t, f.ns, name, image)
+		f.put(t, f.ns, name, tags...)
+		spec.ImageRepositoryRef = refTo(name)
+		f.policy(t, f.ns, name, spec)
+		if out := f.evaluate(t, f.ns, name); out.Result != reconcile.PolicySucceeded {
+			t.Fatalf("first evaluation: %+v", out)
+		}
+		f.cached(t, f.ns+"/"+name)
+	}
+
+	t.Run("advances without the store", func(t *testing.T) {
+		setUp(t, "advance", v1.ImagePolicySpec{Policy: semver(">=1.0.0"), DigestReflectionPolicy: v1.ReflectIfNotPresent},
+			"1.0.0", "1.2.0")
+		c := f.add(t, f.ns, "advance", "1.3.0", "0.9.0")
+		outs, err := f.storeless(t).EvaluateChange(context.Background(), c)
+		if err != nil || len(outs) != 1 || outs[0].Result != reconcile.PolicySucceeded {
+			t.Fatalf("EvaluateChange = %+v, %v", outs, err)
+		}
+		p := f.get(t, f.ns, "advance")
+		want := v1.ImageRef{Name: image, Tag: "1.3.0", Digest: digestOf("1.3.0")}
+		if p.Status.LatestRef == nil || *p.Status.LatestRef != want || evaluatedRevision(p) != c.Revision {
+			t.Fatalf("latestRef %s at revision %q; want %s at %q", refString(p.Status.LatestRef), evaluatedRevision(p), want, c.Revision)
+		}
+		checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, "updated from 1.2.0 to 1.3.0", false)
+	})
+
+	t.Run("an added tag that loses changes only the revision", func(t *testing.T) {
+		setUp(t, "loses", v1.ImagePolicySpec{Policy: alphabetical(v1.OrderAsc)}, "b", "c")
+		c := f.add(t, f.ns, "loses", "a")
+		if _, err := f.storeless(t).EvaluateChange(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+		p := f.get(t, f.ns, "loses")
+		if p.Status.LatestRef.Tag != "c" || evaluatedRevision(p) != c.Revision {
+			t.Fatalf("latestRef %s at %q; want c at %q", refString(p.Status.LatestRef), evaluatedRevision(p), c.Revision)
+		}
+	})
+
+	// Each of these must not be advanced: through a store without tags the evaluation fails
+	// and keeps latestRef, while through the real store it selects from every tag.
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, c *events.TagsChanged)
+	}{
+		{name: "another starting revision", change: func(t *testing.T, c *events.TagsChanged) {
+			c.Delta.From = "sha256:" + strings.Repeat("1", 64)
+			if err := c.Sign(mustKey(t, f)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "unsigned", change: func(t *testing.T, c *events.TagsChanged) { c.Delta.Proof = "" }},
+		{name: "forged digest", change: func(t *testing.T, c *events.TagsChanged) { c.Delta.Added[0].Digest = digestOf("evil") }},
+		{name: "another identity", change: func(t *testing.T, c *events.TagsChanged) {
+			c.Delta.UID = "another-uid"
+			if err := c.Sign(mustKey(t, f)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "spec edited", change: func(t *testing.T, c *events.TagsChanged) {
+			name := c.Name
+			f.edit(t, f.ns, name, func(s *v1.ImagePolicySpec) { s.Policy = semver("<1.3.0") })
+			f.cached(t, f.ns+"/"+name)
+		}},
+		{name: "reconcile requested", change: func(t *testing.T, c *events.TagsChanged) {
+			if _, err := f.kube.Policies.RequestReconcile(context.Background(), f.ns, c.Name, time.Now().Format(time.RFC3339Nano)); err != nil {
+				t.Fatal(err)
+			}
+			f.cached(t, f.ns+"/"+c.Name)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "doubt-" + strings.ReplaceAll(tc.name, " ", "-")
+			setUp(t, name, v1.ImagePolicySpec{Policy: semver(">=1.0.0"), DigestReflectionPolicy: v1.ReflectNever}, "1.0.0", "1.2.0")
+			c := f.add(t, f.ns, name, "1.3.0")
+			tc.change(t, &c)
+			outs, _ := f.storeless(t).EvaluateChange(context.Background(), c)
+			p := f.get(t, f.ns, name)
+			if len(outs) != 1 || outs[0].Result == reconcile.PolicySucceeded || p.Status.LatestRef.Tag != "1.2.0" {
+				t.Fatalf("through a store without tags: %+v, latestRef %s; want a failure that keeps 1.2.0", outs, refString(p.Status.LatestRef))
+			}
+			f.cached(t, f.ns+"/"+name)
+			if _, err := f.evaluator(t).EvaluateChange(context.Background(), c); err != nil {
+				t.Fatal(err)
+			}
+			p = f.get(t, f.ns, name)
+			want := "1.3.0"
+			if tc.name == "spec edited" {
+				want = "1.2.0"
+			}
+			if p.Status.LatestRef.Tag != want {
+				t.Fatalf("through the store: latestRef %s, want %s", refString(p.Status.LatestRef), want)
+			}
+		})
+	}
+
+	t.Run("events in the opposite order", func(t *testing.T) {
+		setUp(t, "order", v1.ImagePolicySpec{Policy: semver(">=1.0.0")}, "1.0.0")
+		first := f.add(t, f.ns, "order", "1.1.0")
+		second := f.add(t, f.ns, "order", "1.2.0")
+		seen := watchLatest(t, f, "order")
+		ev := f.evaluator(t)
+		for _, c := range []events.TagsChanged{second, first, second} {
+			f.cached(t, f.ns+"/order")
+			if _, err := ev.EvaluateChange(context.Background(), c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := f.get(t, f.ns, "order")
+		if p.Status.LatestRef.Tag != "1.2.0" || evaluatedRevision(p) != second.Revision {
+			t.Fatalf("latestRef %s at %q; want 1.2.0 at %q", refString(p.Status.LatestRef), evaluatedRevision(p), second.Revision)
+		}
+		for _, tag := range seen() {
+			if tag != "1.0.0" && tag != "1.2.0" {
+				t.Fatalf("a watch saw latestRef %s; it must go from 1.0.0 to 1.2.0 only (saw %q)", tag, seen())
+			}
+		}
+	})
+
+	t.Run("cross-namespace access withdrawn", func(t *testing.T) {
+		other := f.env.Namespace(t)
+		repo := f.repo(t, f.ns, "shared", image, func(r *v1.ImageRepository) {
+			r.Spec.AccessFrom = &v1.AccessFrom{NamespaceSelectors: []v1.NamespaceSelector{{MatchLabels: map[string]string{}}}}
+		})
+		f.put(t, f.ns, "shared", "1.0.0")
+		spec := v1.ImagePolicySpec{Policy: semver(">=1.0.0"),
+			ImageRepositoryRef: v1.NamespacedObjectReference{Name: "shared", Namespace: f.ns}}
+		f.policy(t, other, "consumer", spec)
+		if out := f.evaluate(t, other, "consumer"); out.Result != reconcile.PolicySucceeded {
+			t.Fatalf("first evaluation: %+v", out)
+		}
+		repo.Spec.AccessFrom = nil
+		if _, err := f.kube.Repositories.Update(context.Background(), repo); err != nil {
+			t.Fatal(err)
+		}
+		f.cached(t, other+"/consumer")
+		c := f.add(t, f.ns, "shared", "2.0.0")
+		outs, _ := f.storeless(t).EvaluateChange(context.Background(), c)
+		p := f.get(t, other, "consumer")
+		if p.Status.LatestRef.Tag != "1.0.0" || len(outs) != 1 || outs[0].Reason != v1.AccessDeniedReason {
+			t.Fatalf("outcomes %+v, latestRef %s; want AccessDenied keeping 1.0.0", outs, refString(p.Status.LatestRef))
+		}
+	})
+}
+
+func mustKey(t testing.TB, f *evalFixture) []byte {
+	t.Helper()
+	key, err := f.writer.ProofKey(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// watchLatest watches the policy ns/name of f and returns a function that lists the latestRef
+// tags the watch showed, in order, once it has delivered the policy as it is then.
+func watchLatest(t testing.TB, f *evalFixture, name string) func() []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	p := f.get(t, f.ns, name)
+	w, err := f.kube.Policies.Watch(ctx, f.ns, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + name, ResourceVersion: p.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type seen struct {
+		tag, rv string
+	}
+	got := make(chan seen, 100)
+	go func() {
+		defer close(got)
+		for e := range w.ResultChan() {
+			if pol, ok := e.Object.(*v1.ImagePolicy); ok && pol.Status.LatestRef != nil {
+				got <- seen{pol.Status.LatestRef.Tag, pol.ResourceVersion}
+			}
+		}
+	}()
+	return func() []string {
+		final := f.get(t, f.ns, name).ResourceVersion
+		var tags []string
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case s, ok := <-got:
+				if !ok {
+					t.Fatal("the watch ended before it delivered the last write")
+				}
+				if n := len(tags); n == 0 || tags[n-1] != s.tag {
+					tags = append(tags, s.tag)
+				}
+				if s.rv == final {
+					cancel()
+					return slices.Clone(tags)
+				}
+			case <-timeout:
+				t.Fatalf("the watch did not deliver resourceVersion %s; saw %q", final, tags)
+			}
+		}
+	}
+}
