@@ -15,6 +15,7 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/redact"
@@ -56,6 +57,9 @@ type ScanOutcome struct {
 	// only a spec change can cure it.
 	Failure string `json:"failure,omitempty"`
 	Stalled bool   `json:"stalled,omitempty"`
+	// InvalidTags counts the tags, listed or pushed, that the scan left out because the tag
+	// grammar does not allow them.
+	InvalidTags int `json:"invalidTags,omitempty"`
 	// Finalized tells that the scan removed Flux's finalizer from a repository being deleted.
 	Finalized bool `json:"finalized,omitempty"`
 }
@@ -341,6 +345,9 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 			if hint != nil {
 				attrs = append(attrs, "pushed", hint.pushed())
 			}
+			if out.InvalidTags > 0 {
+				attrs = append(attrs, "invalid_tags", out.InvalidTags)
+			}
 		}
 		if out.Failure != "" {
 			attrs = append(attrs, "failure", out.Failure, "stalled", out.Stalled)
@@ -394,7 +401,10 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	var (
 		entry   store.Entry
 		written bool
+		// invalid counts the pushed and listed tags left out for the tag grammar.
+		invalid registry.InvalidTags
 	)
+	hint = validHint(hint, &invalid)
 	incremental := hint != nil && len(hint.Tags) > 0 && s.specScanned(repo, canonical)
 	listing := ListingRequested
 	if incremental {
@@ -432,6 +442,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 			// repository wait for a successful scan rather than use it.
 			return s.fail(ctx, repo, token, registry.Reason(err), registry.Stalled(err), err)
 		}
+		invalid.Merge(res.Invalid)
 		tags := listed(ctx, sc, res, recheck)
 		if entry, written, err = s.Store.Put(ctx, key, id, tags, now()); err != nil {
 			return out, fmt.Errorf("storing the tags of %s: %w", key, err)
@@ -450,7 +461,8 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		// store closed rather than waiting for this process to notice it and close it.
 		s.Store.HandOver()
 	}
-	out = ScanOutcome{Incremental: incremental, Revision: entry.Revision, TagCount: len(entry.Tags), Changed: changed}
+	out = ScanOutcome{Incremental: incremental, Revision: entry.Revision, TagCount: len(entry.Tags), Changed: changed,
+		InvalidTags: invalid.Count}
 	if !incremental {
 		out.Listing = listing
 	}
@@ -467,7 +479,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		})
 	}
 	defer announced.Wait()
-	message := fmt.Sprintf("successful scan: found %d tags", len(entry.Tags))
+	message := scanMessage(len(entry.Tags), invalid)
 	// The tags are stored and announced: the status records them even when the caller has
 	// given up since, as the evaluator's and a failure's writes do.
 	wctx, cancel := writeContext(ctx)
@@ -612,11 +624,14 @@ func (s *Scanner) status() statusWriter[*v1.ImageRepository] {
 }
 
 // latestTags returns the status sample of an ascending tag list: its last ten, greatest first.
+// A tag outside the grammar, which a store written before scans left such tags out may hold,
+// is not shown.
 func latestTags(ascending []string) []string {
-	n := min(len(ascending), 10)
-	out := make([]string, n)
-	for i := range n {
-		out[i] = ascending[len(ascending)-1-i]
+	out := make([]string, 0, min(len(ascending), 10))
+	for i := len(ascending) - 1; i >= 0 && len(out) < 10; i-- {
+		if imagename.ValidTag(ascending[i]) {
+			out = append(out, ascending[i])
+		}
 	}
 	return out
 }
