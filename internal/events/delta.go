@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/imagereflector/reflector/internal/imagename"
 )
 
 // Sign sets the Proof of c's delta: an HMAC-SHA256, under key, of the whole event but the proof.
@@ -75,7 +77,7 @@ func CheckDelta(d *TagsDelta) error {
 	}
 	seen := make(map[string]bool, len(d.Added))
 	for _, a := range d.Added {
-		if !ValidTag(a.Tag) {
+		if !imagename.ValidTag(a.Tag) {
 			return fmt.Errorf("the delta adds %q, which is not a tag", Brief(a.Tag))
 		}
 		if seen[a.Tag] {
@@ -84,22 +86,4 @@ func CheckDelta(d *TagsDelta) error {
 		seen[a.Tag] = true
 	}
 	return nil
-}
-
-// ValidTag tells whether s is a tag by the OCI distribution spec's grammar,
-// [a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}.
-func ValidTag(s string) bool {
-	if len(s) == 0 || len(s) > 128 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_':
-		case i > 0 && (c == '.' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
 }

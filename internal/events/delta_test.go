@@ -3,6 +3,8 @@ package events
 import (
 	"strings"
 	"testing"
+
+	"github.com/imagereflector/reflector/internal/imagename"
 )
 
 func signedChange(t *testing.T, key []byte) TagsChanged {
@@ -76,18 +78,6 @@ func TestDeltaRefused(t *testing.T) {
 	}
 }
 
-func TestValidTag(t *testing.T) {
-	for tag, want := range map[string]bool{
-		"v1.2.3": true, "_x": true, "a": true, strings.Repeat("a", 128): true,
-		"": false, ".a": false, "-a": false, strings.Repeat("a", 129): false, "a/b": false,
-		"a b": false, "\x1b[31m": false, "a\u202e": false, "a\x7f": false, "\xff": false, "é": false,
-	} {
-		if got := ValidTag(tag); got != want {
-			t.Errorf("ValidTag(%q) = %v, want %v", tag, got, want)
-		}
-	}
-}
-
 // FuzzDeltaVerified: whatever a sender puts in a delta, Verified never panics and accepts it
 // only with a valid proof and tags of the distribution grammar.
 func FuzzDeltaVerified(f *testing.F) {
@@ -96,13 +86,13 @@ func FuzzDeltaVerified(f *testing.F) {
 		key := []byte(strings.Repeat("k", 32))
 		c := TagsChanged{Namespace: "ns", Name: "n", Revision: "r", Delta: &TagsDelta{
 			UID: uid, Image: image, From: from, Added: []AddedTag{{Tag: tag, Digest: digest}}, Proof: proof}}
-		if d, err := c.Verified(key); err == nil && (!ValidTag(d.Added[0].Tag) || d.Proof != proof) {
+		if d, err := c.Verified(key); err == nil && (!imagename.ValidTag(d.Added[0].Tag) || d.Proof != proof) {
 			t.Fatalf("accepted %+v", d)
 		}
 		if err := c.Sign(key); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Verified(key); err != nil && ValidTag(tag) && uid != "" && image != "" && from != "" {
+		if _, err := c.Verified(key); err != nil && imagename.ValidTag(tag) && uid != "" && image != "" && from != "" {
 			t.Fatalf("a signed delta does not verify: %v", err)
 		}
 	})

@@ -56,14 +56,15 @@ func (r *Recorder) Warning(obj runtime.Object, reason, message string) {
 	r.event(obj, corev1.EventTypeWarning, reason, message)
 }
 
-// event records one Event. Its message is often an error's, so URL userinfo in it is masked
-// here, where every Event and every Flux event passes. As Flux's recorder does, the object's
+// event records one Event. Its message is often an error's, so URL userinfo in it is masked,
+// and registry text escaped and bounded (redact.Text), here, where every Event and every Flux
+// event passes. As Flux's recorder does, the object's
 // event.toolkit.fluxcd.io/ annotations go with it.
 func (r *Recorder) event(obj runtime.Object, eventType, reason, message string) {
 	if r == nil {
 		return
 	}
-	message = redact.String(message)
+	message = redact.Text(message)
 	var annotations map[string]string
 	if m, err := meta.Accessor(obj); err == nil {
 		annotations = fluxevent.Metadata(m.GetAnnotations())

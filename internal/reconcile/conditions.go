@@ -41,9 +41,11 @@ func markStalled(conds *[]metav1.Condition, generation int64, reason, message st
 }
 
 // set is where every condition message is written, so it is where URL userinfo that an error
-// brought along is masked, whatever the error's origin.
+// brought along is masked, and the registry text it may carry escaped and bounded (redact.Text),
+// whatever the error's origin: the API server refuses a whole status write for one condition
+// message over its limit.
 func set(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, message string) {
 	apimeta.SetStatusCondition(conds, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: redact.String(message), ObservedGeneration: generation,
+		Type: typ, Status: status, Reason: reason, Message: redact.Text(message), ObservedGeneration: generation,
 	})
 }

@@ -15,6 +15,7 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/redact"
@@ -56,6 +57,9 @@ type ScanOutcome struct {
 	// only a spec change can cure it.
 	Failure string `json:"failure,omitempty"`
 	Stalled bool   `json:"stalled,omitempty"`
+	// InvalidTags counts the tags, listed or pushed, that the scan left out because the tag
+	// grammar does not allow them.
+	InvalidTags int `json:"invalidTags,omitempty"`
 	// Finalized tells that the scan removed Flux's finalizer from a repository being deleted.
 	Finalized bool `json:"finalized,omitempty"`
 }
@@ -341,6 +345,9 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 			if hint != nil {
 				attrs = append(attrs, "pushed", hint.pushed())
 			}
+			if out.InvalidTags > 0 {
+				attrs = append(attrs, "invalid_tags", out.InvalidTags)
+			}
 		}
 		if out.Failure != "" {
 			attrs = append(attrs, "failure", out.Failure, "stalled", out.Stalled)
@@ -418,6 +425,8 @@ type stored struct {
 	// confirmed with; added is nil after a listing.
 	added   *store.Addition
 	digests map[string]string
+	// invalid counts the pushed and listed tags left out for the tag grammar.
+	invalid registry.InvalidTags
 }
 
 // outcome is the ScanOutcome of a scan that stored res, for repo as read.
@@ -429,10 +438,8 @@ func (res stored) outcome(repo *v1.ImageRepository) ScanOutcome {
 	// A list that replaced none, or one of another identity, is news to the policies even with
 	// the revision the status shows: they are waiting for it.
 	out := ScanOutcome{Incremental: res.listing == "", Listing: res.listing, Revision: res.entry.Revision,
-		TagCount: len(res.entry.Tags), Changed: res.entry.Revision != prev || res.written}
-	if out.Incremental {
-		out.Listing = ""
-	}
+		TagCount: len(res.entry.Tags), Changed: res.entry.Revision != prev || res.written,
+		InvalidTags: res.invalid.Count}
 	return out
 }
 
@@ -448,6 +455,9 @@ func (l listingFailed) Unwrap() error { return l.err }
 // incremental path); otherwise it lists every tag and replaces the stored list.
 func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.ImageRepository, id store.Identity, hint *Hint) (stored, error) {
 	key := StoreKey(repo.Namespace, repo.Name)
+	// invalid counts the pushed and listed tags left out for the tag grammar.
+	var invalid registry.InvalidTags
+	hint = validHint(hint, &invalid)
 	incremental := hint != nil && len(hint.Tags) > 0 && s.specScanned(repo, id.Image)
 	listing := ListingRequested
 	if incremental {
@@ -471,6 +481,7 @@ func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.Ima
 	}
 	if incremental {
 		res, ok, err := s.addPushed(ctx, sc, key, id, hint.Tags)
+		res.invalid = invalid
 		if err != nil || ok {
 			return res, err
 		}
@@ -480,12 +491,13 @@ func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.Ima
 	if err != nil {
 		return stored{}, listingFailed{err}
 	}
+	invalid.Merge(res.Invalid)
 	tags := listed(ctx, sc, res, recheck)
 	entry, written, err := s.Store.Put(ctx, key, id, tags, clock(s.Now)())
 	if err != nil {
 		return stored{}, fmt.Errorf("storing the tags of %s: %w", key, err)
 	}
-	return stored{entry: entry, written: written, listing: listing}, nil
+	return stored{entry: entry, written: written, listing: listing, invalid: invalid}, nil
 }
 
 // announce tells the policies that the tags of repo changed, in the background: the TagsChanged
@@ -539,7 +551,7 @@ func (res stored) delta(id store.Identity) *events.TagsDelta {
 // the caller has given up since, as the evaluator's and a failure's writes do.
 func (s *Scanner) record(ctx context.Context, repo *v1.ImageRepository, token, canonical string, res stored, out ScanOutcome) error {
 	entry := res.entry
-	message := fmt.Sprintf("successful scan: found %d tags", len(entry.Tags))
+	message := scanMessage(len(entry.Tags), res.invalid)
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	updated, err := s.status().write(wctx, repo, func(r *v1.ImageRepository) error {
@@ -686,11 +698,14 @@ func (s *Scanner) status() statusWriter[*v1.ImageRepository] {
 }
 
 // latestTags returns the status sample of an ascending tag list: its last ten, greatest first.
+// A tag outside the grammar, which a store written before scans left such tags out may hold,
+// is not shown.
 func latestTags(ascending []string) []string {
-	n := min(len(ascending), 10)
-	out := make([]string, n)
-	for i := range n {
-		out[i] = ascending[len(ascending)-1-i]
+	out := make([]string, 0, min(len(ascending), 10))
+	for i := len(ascending) - 1; i >= 0 && len(out) < 10; i-- {
+		if imagename.ValidTag(ascending[i]) {
+			out = append(out, ascending[i])
+		}
 	}
 	return out
 }

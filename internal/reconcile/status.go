@@ -149,7 +149,8 @@ func kindOf(obj runtime.Object) string {
 	return obj.GetObjectKind().GroupVersionKind().Kind
 }
 
-// failureMessage is the message a failure records: cause's, without secrets.
+// failureMessage is the message a failure records: cause's, without secrets, escaped and
+// bounded (redact.Text).
 func failureMessage(cause error) string {
-	return redact.String(cause.Error())
+	return redact.Text(cause.Error())
 }

@@ -1,5 +1,6 @@
 // Package redact removes secret material from text that leaves reflector: the userinfo of every
-// URL or address in an error, a status message, an Event, a log line or an HTTP answer.
+// URL or address in an error, a status message, an Event, a log line or an HTTP answer. Text
+// also escapes and bounds it, for the places where a registry's text may arrive.
 //
 // The whole userinfo is masked, the user name included, unlike (*url.URL).Redacted and
 // net/http's errors, which keep it: a user name is often a token (https://TOKEN@host). The

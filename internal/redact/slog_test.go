@@ -41,3 +41,20 @@ func TestHandler(t *testing.T) {
 		}
 	}
 }
+
+func TestHandlerBoundsAndEscapes(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(Handler(slog.NewJSONHandler(&buf, nil)))
+	body := strings.Repeat("registry error body \u202e\x1b[31m ", 3000)
+	log.Error("scan "+body, "error", errors.New("GET /v2/: "+body), "detail", body)
+	line := buf.String()
+	if len(line) > 4*MaxText+200 {
+		t.Errorf("a log line with three 48 KiB texts is %d bytes", len(line))
+	}
+	if strings.Contains(line, "\u202e") || strings.Contains(line, `\u001b`) {
+		t.Errorf("the log line holds unescaped control characters: %.300s", line)
+	}
+	if !strings.Contains(line, `\\u202e\\x1b[31m`) {
+		t.Errorf("the log line does not show the escapes: %.300s", line)
+	}
+}

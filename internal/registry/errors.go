@@ -23,10 +23,12 @@ type Error struct {
 	Err error
 }
 
-// Error returns the message of the underlying failure without URL userinfo: net/http and
-// go-containerregistry quote request URLs in their errors, and every registry failure reaches
-// statuses, Events and logs through here.
-func (e *Error) Error() string { return redact.String(e.Err.Error()) }
+// Error returns the message of the underlying failure without URL userinfo, with what is not
+// printable escaped, and at most redact.MaxText bytes long (redact.Text): net/http and
+// go-containerregistry quote request URLs in their errors, go-containerregistry puts up to
+// 64 KiB of a registry's error body in them, and every registry failure reaches statuses,
+// Events and logs through here.
+func (e *Error) Error() string { return redact.Text(e.Err.Error()) }
 
 // Unwrap returns the underlying failure.
 func (e *Error) Unwrap() error { return e.Err }

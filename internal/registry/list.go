@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,9 +16,11 @@ import (
 )
 
 // ListTags reads every tag of the repository, page by page following the registry's Link
-// headers to the end, and returns those that the exclusion list keeps. A registry that refuses
-// the page size is asked again with smaller pages. A repository with more tags than the
-// Client's limit is an error wrapping ErrTagLimit, never a truncated list.
+// headers to the end, and returns those that the tag grammar allows and the exclusion list
+// keeps; Result.Invalid counts the tags left out for their grammar. Each page is read as a
+// stream within fixed bounds (see decodePage). A registry that refuses the page size is asked
+// again with smaller pages. A repository with more tags than the Client's limit is an error
+// wrapping ErrTagLimit, never a truncated list.
 func (s *Scan) ListTags(ctx context.Context) (Result, error) {
 	ctx, cancel := context.WithDeadline(ctx, s.deadline)
 	defer cancel()
@@ -36,11 +37,23 @@ func (s *Scan) ListTags(ctx context.Context) (Result, error) {
 	// allocation stays near twice the tags' headers instead of growing one slice by doubling.
 	var kept [][]string
 	var page []string
-	var body bytes.Buffer
 	count := 0
+	keep := func(tag string) error {
+		if s.Excluded(tag) {
+			return nil
+		}
+		if count++; count > s.c.maxTags {
+			return fmt.Errorf(
+				"%w: more than %d tags remain after the exclusion list, the most this reflector stores per repository; add exclusions or raise the limit",
+				ErrTagLimit, s.c.maxTags)
+		}
+		page = append(page, tag)
+		return nil
+	}
 	for next != nil {
 		var err error
-		page, next, err = s.listPage(ctx, next, page[:0], &body, res.PageSize)
+		page = page[:0]
+		next, err = s.listPage(ctx, next, res.PageSize, &res.Invalid, keep)
 		if err != nil {
 			if smaller := smallerPage(res.PageSize); pageTooLarge(err) && smaller > 0 && next != nil {
 				res.PageSize = smaller
@@ -50,18 +63,7 @@ func (s *Scan) ListTags(ctx context.Context) (Result, error) {
 			return Result{}, s.fail(ctx, what, err)
 		}
 		res.Pages++
-		keep := make([]string, 0, len(page))
-		for _, tag := range page {
-			if !s.Excluded(tag) {
-				keep = append(keep, tag)
-			}
-		}
-		kept = append(kept, keep)
-		if count += len(keep); count > s.c.maxTags {
-			return Result{}, s.fail(ctx, what, fmt.Errorf(
-				"%w: more than %d tags remain after the exclusion list, the most this reflector stores per repository; add exclusions or raise the limit",
-				ErrTagLimit, s.c.maxTags))
-		}
+		kept = append(kept, slices.Clone(page))
 	}
 	tags := slices.Concat(kept...)
 	slices.Sort(tags)
@@ -71,57 +73,54 @@ func (s *Scan) ListTags(ctx context.Context) (Result, error) {
 
 // Result is the outcome of a listing.
 type Result struct {
-	// Tags are the tags kept by the exclusion list, sorted in ascending byte order, without
-	// duplicates.
+	// Tags are the tags that the tag grammar allows and the exclusion list keeps, sorted in
+	// ascending byte order, without duplicates.
 	Tags []string
 	// Pages is the number of pages read.
 	Pages int
 	// PageSize is the page size the registry accepted.
 	PageSize int
+	// Invalid counts the listed tags that the tag grammar does not allow, which Tags leaves out.
+	Invalid InvalidTags
 }
 
 // minPageSize is the smallest page size asked for after refusals; below it the refusal is
 // unlikely to be about the size.
 const minPageSize = 10
 
-// maxPageBytes bounds one page's body, against a registry that ignores n and sends an
-// unbounded list.
-const maxPageBytes = 64 << 20
-
-// listPage reads one page into buf, through body. On failure it returns u itself as the page
-// to retry.
-func (s *Scan) listPage(ctx context.Context, u *url.URL, buf []string, body *bytes.Buffer, size int) ([]string, *url.URL, error) {
+// listPage reads one page, calling keep for each of its tags that the tag grammar allows
+// (decodePage) and counting the others into invalid, and returns the next page, nil after the
+// last. On a failure of the request it returns u itself as the page to retry.
+func (s *Scan) listPage(ctx context.Context, u *url.URL, size int, invalid *InvalidTags, keep func(string) error) (*url.URL, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return nil, u, err
+		return u, err
 	}
 	defer resp.Body.Close()
 	if err := transport.CheckError(resp, http.StatusOK); err != nil {
-		return nil, u, err
+		return u, err
 	}
-	body.Reset()
-	if _, err := body.ReadFrom(io.LimitReader(resp.Body, maxPageBytes+1)); err != nil {
-		return nil, u, err
-	}
-	if body.Len() > maxPageBytes {
-		return nil, nil, fmt.Errorf("GET %s: the tag list page is larger than %d MiB", u.Redacted(), maxPageBytes>>20)
-	}
-	page := struct {
-		Tags []string `json:"tags"`
-	}{Tags: buf}
-	if err := json.Unmarshal(body.Bytes(), &page); err != nil {
-		return nil, nil, fmt.Errorf("GET %s: the tag list is not valid JSON: %w", u.Redacted(), err)
+	if err := decodePage(resp.Body, 2*s.c.maxTags, invalid, keep); err != nil {
+		switch {
+		case errors.Is(err, ErrTagLimit) && !errors.Is(err, errPageEntries):
+			return nil, err
+		case errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, new(*json.SyntaxError)):
+			return nil, fmt.Errorf("GET %s: the tag list is not valid JSON: %w", u.Redacted(), err)
+		case errors.Is(err, errNotTagList):
+			return nil, fmt.Errorf("GET %s: the answer is not a tag list: %w", u.Redacted(), err)
+		}
+		return nil, fmt.Errorf("GET %s: %w", u.Redacted(), err)
 	}
 	next, err := nextPage(resp.Header.Values("Link"), u, size)
 	if err != nil {
-		return nil, nil, fmt.Errorf("GET %s: %w", u.Redacted(), err)
+		return nil, fmt.Errorf("GET %s: %w", u.Redacted(), err)
 	}
-	return page.Tags, next, nil
+	return next, nil
 }
 
 // nextPage returns the rel="next" target of Link headers, resolved against the page it came
@@ -138,15 +137,15 @@ func nextPage(links []string, page *url.URL, size int) (*url.URL, error) {
 			}
 			target = strings.TrimSpace(target)
 			if !strings.HasPrefix(target, "<") || !strings.HasSuffix(target, ">") {
-				return nil, fmt.Errorf("malformed Link header %q", header)
+				return nil, fmt.Errorf("malformed Link header %s", quoteHeader(header))
 			}
 			ref, err := url.Parse(target[1 : len(target)-1])
 			if err != nil {
-				return nil, fmt.Errorf("malformed Link header %q: %w", header, err)
+				return nil, fmt.Errorf("malformed Link header %s: %w", quoteHeader(header), err)
 			}
 			next := page.ResolveReference(ref)
 			if next.Host != page.Host {
-				return nil, fmt.Errorf("the Link header points to another host, %q", next.Host)
+				return nil, fmt.Errorf("the Link header points to another host, %s", quoteHeader(next.Host))
 			}
 			if !next.Query().Has("n") {
 				next = withPageSize(next, size)
@@ -210,4 +209,15 @@ func pageTooLarge(err error) bool {
 		}
 	}
 	return false
+}
+
+// maxQuoted bounds what an error quotes of a registry's header: a header can be megabytes.
+const maxQuoted = 256
+
+// quoteHeader quotes a header value, or its start, for an error message.
+func quoteHeader(v string) string {
+	if len(v) > maxQuoted {
+		return strconv.Quote(v[:maxQuoted]) + "…"
+	}
+	return strconv.Quote(v)
 }

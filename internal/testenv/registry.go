@@ -251,6 +251,9 @@ type RegistryFault struct {
 	Header http.Header
 	// Body is the canned answer's body.
 	Body string
+	// Stream, when not nil, makes the body what the reader it returns yields instead, for
+	// answers too large to hold: it is streamed until the reader ends or the client hangs up.
+	Stream func() io.Reader
 }
 
 // On returns the fault limited to requests whose path contains path.
@@ -399,6 +402,10 @@ func (r *Registry) inject(next http.Handler) http.Handler {
 			w.Header()[k] = vs
 		}
 		w.WriteHeader(f.Status)
+		if f.Stream != nil {
+			_, _ = io.Copy(w, f.Stream())
+			return
+		}
 		_, _ = io.WriteString(w, f.Body)
 	})
 }

@@ -41,16 +41,11 @@ func (e Event) Key() string {
 var (
 	hostPattern   = regexp.MustCompile(`^(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?$`)
 	pathPattern   = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$`)
-	tagPattern    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
 	digestPattern = regexp.MustCompile(`^[a-z0-9]+(?:[+._-][a-z0-9]+)*:[A-Za-z0-9=_-]+$`)
 )
 
 // maxNameLength is the longest repository name, host included, that registries accept.
 const maxNameLength = 255
-
-// maxTagLength is the longest tag of the grammar. It is checked apart from tagPattern, whose
-// bounded repetition would compile to a program 128 times the size, at every process start.
-const maxTagLength = 128
 
 // newEvent canonicalises and validates one event. An empty host means Docker Hub.
 func newEvent(source, host, repository, tag, digest, deliveryID string) (Event, error) {
@@ -88,7 +83,7 @@ func canonicalRepository(host, repository string) (string, string, error) {
 
 // pushEvent validates the tag and digest of a push to a repository canonicalRepository made.
 func pushEvent(source, host, repository, tag, digest, deliveryID string) (Event, error) {
-	if tag != "" && (len(tag) > maxTagLength || !tagPattern.MatchString(tag)) {
+	if tag != "" && !imagename.ValidTag(tag) {
 		return Event{}, malformed("invalid tag %s", quote(tag))
 	}
 	if digest != "" && !digestPattern.MatchString(digest) {

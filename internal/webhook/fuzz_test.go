@@ -39,7 +39,7 @@ func checkFuzzResult(t *testing.T, events []Event, err error, allowed ...error) 
 		if key := imagename.Key(e.Host, e.Repository); key != e.Host+"/"+e.Repository || key != e.Key() {
 			t.Fatalf("event is not canonical: %+v has key %q", e, key)
 		}
-		if e.Tag != "" && !tagPattern.MatchString(e.Tag) || e.Digest != "" && !digestPattern.MatchString(e.Digest) {
+		if e.Tag != "" && !imagename.ValidTag(e.Tag) || e.Digest != "" && !digestPattern.MatchString(e.Digest) {
 			t.Fatalf("event with an invalid tag or digest: %+v", e)
 		}
 		if e.DeliveryID == "" || e.Source == "" {
