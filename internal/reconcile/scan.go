@@ -404,11 +404,12 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		switch {
 		case err == nil:
 			hint = notStored(hint, stored.Tags)
-		case errors.Is(err, store.ErrNotFound):
-			// Also ErrOtherIdentity: a list taken for another object or spec is no base.
+		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrCorrupt):
+			// Also ErrOtherIdentity: a list taken for another object or spec is no base, nor
+			// is a damaged one, which the listing's Put replaces.
 			incremental, listing = false, ListingUnconfirmed
 		default:
-			return out, fmt.Errorf("reading the tags of %s: %w", key, err)
+			return s.failStore(ctx, repo, token, fmt.Errorf("reading the tags of %s: %w", key, err))
 		}
 	}
 	// Pushed tags that a listing chosen for its cost must show; see listed.
@@ -419,7 +420,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	if incremental {
 		entry, incremental, err = s.addPushed(ctx, sc, key, id, hint.Tags)
 		if err != nil {
-			return out, err
+			return s.failStore(ctx, repo, token, err)
 		}
 		if !incremental {
 			listing = ListingUnconfirmed
@@ -434,7 +435,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		}
 		tags := listed(ctx, sc, res, recheck)
 		if entry, written, err = s.Store.Put(ctx, key, id, tags, now()); err != nil {
-			return out, fmt.Errorf("storing the tags of %s: %w", key, err)
+			return s.failStore(ctx, repo, token, fmt.Errorf("storing the tags of %s: %w", key, err))
 		}
 	}
 
@@ -555,8 +556,9 @@ func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, 
 	} else {
 		entry, _, err = s.Store.AddTags(ctx, key, id, confirmed)
 	}
-	// Also ErrOtherIdentity: a list taken for another object or spec is no base to add to.
-	if errors.Is(err, store.ErrNotFound) {
+	// Also ErrOtherIdentity: a list taken for another object or spec is no base to add to, nor
+	// is a damaged one.
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCorrupt) {
 		return store.Entry{}, false, nil
 	}
 	if err != nil {
@@ -604,6 +606,15 @@ func listed(ctx context.Context, sc *registry.Scan, res registry.Result, pushed 
 func (s *Scanner) fail(ctx context.Context, repo *v1.ImageRepository, token, reason string, stalled bool, cause error) (ScanOutcome, error) {
 	_, err := s.status().fail(ctx, repo, token, reason, stalled, failureMessage(cause))
 	return ScanOutcome{Failure: reason, Stalled: stalled}, err
+}
+
+// failStore records that a scan's tags could not be stored (or the stored ones read): Ready=False
+// with the store's reason, since no status may say a scan succeeded when its tags were not
+// stored, and lastScanResult as it was. The error is returned too, so that the request is
+// delivered again.
+func (s *Scanner) failStore(ctx context.Context, repo *v1.ImageRepository, token string, cause error) (ScanOutcome, error) {
+	out, err := s.fail(ctx, repo, token, StoreReason(cause), false, cause)
+	return out, errors.Join(cause, err)
 }
 
 // status writes ImageRepository status.
