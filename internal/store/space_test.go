@@ -1,14 +1,17 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
 	"golang.org/x/sys/unix"
 )
 
@@ -155,5 +158,68 @@ func TestFullVolumeDropsTheAsideCopy(t *testing.T) {
 	}
 	if exists(aside) {
 		t.Fatal("the aside copy is still there")
+	}
+}
+
+// envFillChild makes the test binary a child that writes 512 KiB values into the directory
+// it names until a write fails: through Badger itself ("raw") or through a Store ("store").
+const envFillChild = "STORE_TEST_FILL"
+
+// The premise and the cure, side by side on the same nearly full tmpfs: Badger opened with the
+// store's options and written to until the volume is full dies of SIGBUS (its mapped value log),
+// while the same writes through a Store store what fits, then end with ErrFull and a clean exit.
+func TestFullVolumeFaultsBadgerButNotTheStore(t *testing.T) {
+	if spec := os.Getenv(envFillChild); spec != "" {
+		os.Exit(fillChild(spec))
+	}
+	for _, mode := range []string{"raw", "store"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := mountTmpfs(t, "32m")
+			fill(t, dir, 20<<20)
+			cmd := exec.Command(os.Args[0], "-test.run=^TestFullVolumeFaultsBadgerButNotTheStore$")
+			cmd.Env = append(os.Environ(), envFillChild+"="+mode+":"+dir)
+			out, err := cmd.CombinedOutput()
+			switch mode {
+			case "raw":
+				if err == nil || !strings.Contains(string(out), "SIGBUS") {
+					t.Fatalf("Badger on a full volume: %v, output %q; want a SIGBUS", err, out[:min(len(out), 500)])
+				}
+			case "store":
+				if err != nil || !strings.Contains(string(out), ErrFull.Error()) || strings.Contains(string(out), "after 0 lists") {
+					t.Fatalf("the store filling a volume: %v, output %q; want some lists stored, then ErrFull and a clean exit", err, out[:min(len(out), 500)])
+				}
+			}
+		})
+	}
+}
+
+func fillChild(spec string) int {
+	mode, dir, _ := strings.Cut(spec, ":")
+	s := New(dir)
+	value := make([]byte, 512<<10)
+	if mode == "raw" {
+		db, err := badger.Open(s.badgerOptions(false))
+		if err != nil {
+			fmt.Println("open:", err)
+			return 3
+		}
+		for i := 0; ; i++ {
+			if err := db.Update(func(txn *badger.Txn) error { return txn.Set(fmt.Appendf(nil, "k%d", i), value) }); err != nil {
+				fmt.Println("write:", err)
+				_ = db.Close()
+				return 4
+			}
+		}
+	}
+	defer s.Close()
+	tags := manyTags(len(value)/16, "v")
+	for i := 0; ; i++ {
+		if _, _, err := s.Put(context.Background(), fmt.Sprintf("ns/r%d", i), testID, tags, time.Now()); err != nil {
+			fmt.Printf("put after %d lists: %v\n", i, err)
+			if errors.Is(err, ErrFull) {
+				return 0
+			}
+			return 5
+		}
 	}
 }
