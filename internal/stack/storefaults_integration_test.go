@@ -41,6 +41,9 @@ func damageFile(t *testing.T, dir, suffix string, where func(int) int) {
 			t.Fatal(err)
 		}
 		off := where(len(b))
+		if off < 0 || off+16 > len(b) {
+			t.Fatalf("%s has %d bytes, too few to damage at %d", p, len(b), off)
+		}
 		for i := off; i < off+64 && i < len(b); i++ {
 			b[i] ^= 0x5a
 		}
@@ -259,7 +262,7 @@ func TestFullStoreIntegration(t *testing.T) {
 				return
 			case <-time.After(200 * time.Millisecond):
 			}
-			for _, u := range []string{s.ScanEventsURL, s.PolicyURL} {
+			for _, u := range []string{s.ScanURL, s.PolicyURL} {
 				resp, err := http.Get(u + "/healthz")
 				if err == nil {
 					resp.Body.Close()
