@@ -9,7 +9,7 @@ BENCH ?= .
 BENCHOUT ?= bench.out
 TESTFLAGS ?=
 
-.PHONY: all generate check-generated build test unit images-test fuzz bench lint deps testenv knative-env flux-cli run clean
+.PHONY: all generate check-generated build test unit images-test faults-test fuzz bench lint deps testenv knative-env flux-cli run clean
 
 all: build
 
@@ -69,6 +69,12 @@ unit:
 ## images-test: build the three images with ko and check each (installs ko on first use).
 images-test:
 	REFLECTOR_IMAGES_TEST=1 $(GO) test -count=1 -timeout 40m -run '^TestImagesIntegration$$' ./internal/deploy/
+
+## faults-test: the tests of the tag store on a full volume, which mount a small tmpfs (root):
+## the store's own and the whole system's under its running processes.
+faults-test: testenv knative-env
+	REFLECTOR_FAULTS_TEST=1 $(GO) test -count=1 -run 'FullVolume' ./internal/store/
+	REFLECTOR_FAULTS_TEST=1 $(GO) test -count=1 -timeout 20m -run '^TestFullStoreIntegration$$' ./internal/stack/
 
 ## fuzz: run every fuzz target for FUZZTIME each. Go keeps the corpus it finds in its cache
 ## ($(go env GOCACHE)/fuzz); testdata/fuzz holds only seeds and inputs that once failed, which

@@ -55,6 +55,16 @@ var (
 		Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 	}, []string{"mode"})
 
+	storeDamage = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "reflector_store_damage_total",
+		Help: "Opens of the tag store that found its directory damaged, by action (rebuilt or reported).",
+	}, []string{"action"})
+
+	storeFull = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "reflector_store_full_total",
+		Help: "Tag store writes and writer opens refused because the volume lacked room.",
+	})
+
 	repositoryTags = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "reflector_repository_tags",
 		Help: "Tags stored for an ImageRepository after its last successful scan.",
@@ -92,7 +102,7 @@ func init() {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		reconcileDuration, webhookRequests, registryRequests, retryAfterWaits, retryAfterSeconds,
-		storeLockWait, repositoryTags, eventsSent, fluxEvents, cronPasses, cronObjects, cronDuration,
+		storeLockWait, storeDamage, storeFull, repositoryTags, eventsSent, fluxEvents, cronPasses, cronObjects, cronDuration,
 	)
 }
 
@@ -211,4 +221,23 @@ func RecordCronPass(counts map[string]int, took time.Duration, err error) {
 		cronObjects.WithLabelValues(name).Set(float64(v))
 	}
 	cronDuration.Observe(took.Seconds())
+}
+
+// What the tag store did about a damaged directory.
+const (
+	// StoreDamageRebuilt: a writer set the directory aside and started an empty store.
+	StoreDamageRebuilt = "rebuilt"
+	// StoreDamageReported: the damage was reported and left to a writer (a reader found it, or
+	// setting it aside failed).
+	StoreDamageReported = "reported"
+)
+
+// RecordStoreDamage counts a damaged tag store directory found by an open, by what was done.
+func RecordStoreDamage(action string) {
+	storeDamage.WithLabelValues(action).Inc()
+}
+
+// RecordStoreFull counts a tag store write, or writer's open, refused for lack of room.
+func RecordStoreFull() {
+	storeFull.Inc()
 }

@@ -38,6 +38,8 @@ func TestHandlerServesEveryFamily(t *testing.T) {
 	RecordRegistryRequest("ghcr.io", 429)
 	RecordRetryAfter("ghcr.io", 2*time.Second)
 	RecordStoreWait(true, time.Millisecond)
+	RecordStoreDamage(StoreDamageRebuilt)
+	RecordStoreFull()
 	SetRepositoryTags("ns", "app", 3)
 	RecordEventSent("t", false)
 	RecordFluxEvent(FluxEventDropped)
@@ -52,6 +54,8 @@ func TestHandlerServesEveryFamily(t *testing.T) {
 		`reflector_registry_requests_total{code="429",host="ghcr.io"} 1`,
 		`reflector_registry_retry_after_wait_seconds_total{host="ghcr.io"} 2`,
 		`reflector_store_lock_wait_seconds_count{mode="write"} 1`,
+		`reflector_store_damage_total{action="rebuilt"} 1`,
+		`reflector_store_full_total 1`,
 		`reflector_repository_tags{name="app",namespace="ns"} 3`,
 		`reflector_events_sent_total{result="not_acknowledged",type="t"} 1`,
 		`reflector_flux_events_total{result="dropped"} 1`,

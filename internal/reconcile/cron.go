@@ -118,8 +118,10 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 			}
 		}
 	}
-	// live maps the store key of every ImageRepository to its tag revision.
+	// live maps the store key of every ImageRepository to its tag revision; scannable holds
+	// those that may be scanned and are not due already.
 	live := map[string]string{}
+	scannable := map[string]bool{}
 	err := p.listRepositories(ctx, func(r *v1.ImageRepository) {
 		sum.Repositories++
 		rev := "-"
@@ -132,10 +134,15 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 		if reason == "" && stored != nil && !stored[key] && unstored(r) {
 			reason = DueNotStored
 		}
+		if reason == "" && stored != nil && storeFailed(r.Status.Conditions) {
+			// The store answered this pass: the scan that it failed may succeed now.
+			reason = DueStoreBack
+		}
 		if reason != "" {
 			work = append(work, dispatch{to: p.Scan, ceType: events.TypeScanRequested,
 				ref: events.ObjectRef{Namespace: r.Namespace, Name: r.Name, Reason: reason}})
 		}
+		scannable[key] = reason == "" && r.DeletionTimestamp.IsZero() && !r.Spec.Suspend
 	})
 	if err != nil {
 		return sum, fmt.Errorf("listing ImageRepositories: %w", err)
@@ -146,9 +153,21 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 		if rev == "-" {
 			rev = ""
 		}
-		if reason := PolicyDue(pol, rev, w); reason != "" {
+		reason := PolicyDue(pol, rev, w)
+		if reason == "" && stored != nil && storeFailed(pol.Status.Conditions) {
+			reason = DueStoreBack
+		}
+		if reason != "" {
 			work = append(work, dispatch{to: p.Policy, ceType: events.TypePolicyRequested,
 				ref: events.ObjectRef{Namespace: pol.Namespace, Name: pol.Name, Reason: reason}})
+		}
+		// A policy that found its repository's stored tags damaged waits for a full listing,
+		// which replaces them; only a scan can write, and none may be due.
+		repoKey := StoreKey(pol.RepositoryNamespace(), pol.Spec.ImageRepositoryRef.Name)
+		if stored != nil && stored[repoKey] && scannable[repoKey] && readDamaged(pol.Status.Conditions) {
+			scannable[repoKey] = false
+			work = append(work, dispatch{to: p.Scan, ceType: events.TypeScanRequested,
+				ref: events.ObjectRef{Namespace: pol.RepositoryNamespace(), Name: pol.Spec.ImageRepositoryRef.Name, Reason: DueStoreDamaged}})
 		}
 	})
 	if err != nil {

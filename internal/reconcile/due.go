@@ -5,6 +5,7 @@
 package reconcile
 
 import (
+	"errors"
 	"hash/fnv"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/imagename"
+	"github.com/imagereflector/reflector/internal/store"
 )
 
 // Why an object is due. A scan for any reason but Interval and Retry lists the tags in full;
@@ -31,6 +33,8 @@ const (
 	DueTagsChanged       = "tags changed"
 	DueFinalizer         = "deleted, holds Flux's finalizer"
 	DueNotStored         = "scanned, but its tags are not stored"
+	DueStoreBack         = "the tag store failed its last scan and works again"
+	DueStoreDamaged      = "a policy found its stored tags damaged"
 )
 
 // pushRequestSuffix marks the reconcile requests that the scan function's receiver sets for a
@@ -193,6 +197,33 @@ func offset(namespace, name string) time.Duration {
 func unstored(repo *v1.ImageRepository) bool {
 	return repo.DeletionTimestamp.IsZero() && !repo.Spec.Suspend && repo.Status.LastScanResult != nil &&
 		!apimeta.IsStatusConditionFalse(repo.Status.Conditions, v1.ReadyCondition)
+}
+
+// StoreReason is the condition reason of a failure of the tag store: TagStoreFull or
+// TagStoreDamaged for those faults, ReadOperationFailed for others (a wait that ran out, a
+// volume that cannot be opened).
+func StoreReason(err error) string {
+	switch {
+	case errors.Is(err, store.ErrFull):
+		return v1.TagStoreFullReason
+	case errors.Is(err, store.ErrCorrupt), errors.Is(err, store.ErrRebuilt):
+		return v1.TagStoreDamagedReason
+	}
+	return v1.ReadOperationFailedReason
+}
+
+// storeFailed tells whether an object's last reconcile failed because of the tag store's
+// damage or a full volume: a fault of the store, not of the object, cured once the store works.
+func storeFailed(conds []metav1.Condition) bool {
+	ready := apimeta.FindStatusCondition(conds, v1.ReadyCondition)
+	return ready != nil && ready.Status == metav1.ConditionFalse &&
+		(ready.Reason == v1.TagStoreFullReason || ready.Reason == v1.TagStoreDamagedReason)
+}
+
+// readDamaged tells whether a policy's last evaluation found the stored tags damaged.
+func readDamaged(conds []metav1.Condition) bool {
+	ready := apimeta.FindStatusCondition(conds, v1.ReadyCondition)
+	return ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == v1.TagStoreDamagedReason
 }
 
 // suspendedDue tells whether a suspended object is due: only to acknowledge a reconcile request

@@ -377,18 +377,22 @@ func (e *Evaluator) fail(ctx context.Context, pol *v1.ImagePolicy, token, reason
 // must not look like a repository without images, and tags listed for another identity must
 // not be written with this repository's image.
 func (e *Evaluator) failNoTags(ctx context.Context, pol *v1.ImagePolicy, token string, repo *v1.ImageRepository, cause error) (PolicyOutcome, error) {
-	why := "it has not been scanned yet"
-	if errors.Is(cause, store.ErrOtherIdentity) {
+	why, reason := "it has not been scanned yet", v1.DependencyNotReadyReason
+	switch {
+	case errors.Is(cause, store.ErrOtherIdentity):
 		why = "the stored ones were listed for another object, image or exclusion list; waiting for a scan of its current spec"
+	case errors.Is(cause, store.ErrRebuilt) && repo.Status.LastScanResult != nil:
+		// Its tags were lost with a damaged store; the cron reconciler has it scanned again.
+		why, reason = fmt.Sprintf("they were lost when the tag store was found damaged and rebuilt; waiting for its next scan (%v)", cause), v1.TagStoreDamagedReason
 	}
-	return e.fail(ctx, pol, token, v1.DependencyNotReadyReason, false, fmt.Errorf(
+	return e.fail(ctx, pol, token, reason, false, fmt.Errorf(
 		"no tags in the tag store for %s %s/%s: %s", v1.ImageRepositoryKind, repo.Namespace, repo.Name, why))
 }
 
 // failStore reports a tag store that could not be read and returns the read error as well, so
 // that the request is delivered again.
 func (e *Evaluator) failStore(ctx context.Context, pol *v1.ImagePolicy, token string, cause error) (PolicyOutcome, error) {
-	out, err := e.fail(ctx, pol, token, v1.ReadOperationFailedReason, false, fmt.Errorf(
+	out, err := e.fail(ctx, pol, token, StoreReason(cause), false, fmt.Errorf(
 		"failed to read tags from the tag store: %w", cause))
 	return out, errors.Join(fmt.Errorf("ImagePolicy %s/%s: %w", pol.Namespace, pol.Name, cause), err)
 }

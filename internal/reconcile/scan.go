@@ -405,6 +405,10 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 			// repository wait for a successful scan rather than use it.
 			return s.fail(ctx, repo, token, registry.Reason(lf.err), registry.Stalled(lf.err), lf.err)
 		}
+		var sf storeError
+		if errors.As(err, &sf) {
+			return s.failStore(ctx, repo, token, sf.err)
+		}
 		return out, err
 	}
 	out = res.outcome(repo)
@@ -450,6 +454,13 @@ type listingFailed struct{ err error }
 func (l listingFailed) Error() string { return l.err.Error() }
 func (l listingFailed) Unwrap() error { return l.err }
 
+// storeError is the tag store's failure to read or store the tags, which the status records
+// too: no status may say a scan succeeded when its tags were not stored.
+type storeError struct{ err error }
+
+func (f storeError) Error() string { return f.err.Error() }
+func (f storeError) Unwrap() error { return f.err }
+
 // storeTags brings the stored tags of repo up to date: with a hint whose pushed tags can be
 // confirmed one by one for fewer requests than a listing, it confirms and adds them (the
 // incremental path); otherwise it lists every tag and replaces the stored list.
@@ -467,11 +478,12 @@ func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.Ima
 		switch {
 		case err == nil:
 			hint = notStored(hint, held.Tags)
-		case errors.Is(err, store.ErrNotFound):
-			// Also ErrOtherIdentity: a list taken for another object or spec is no base.
+		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrCorrupt):
+			// Also ErrOtherIdentity: a list taken for another object or spec is no base, nor
+			// is a damaged one, which the listing's Put replaces.
 			incremental, listing = false, ListingUnconfirmed
 		default:
-			return stored{}, fmt.Errorf("reading the tags of %s: %w", key, err)
+			return stored{}, storeError{fmt.Errorf("reading the tags of %s: %w", key, err)}
 		}
 	}
 	// Pushed tags that a listing chosen for its cost must show; see listed.
@@ -482,8 +494,11 @@ func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.Ima
 	if incremental {
 		res, ok, err := s.addPushed(ctx, sc, key, id, hint.Tags)
 		res.invalid = invalid
-		if err != nil || ok {
-			return res, err
+		if err != nil {
+			return res, storeError{err}
+		}
+		if ok {
+			return res, nil
 		}
 		listing = ListingUnconfirmed
 	}
@@ -495,7 +510,7 @@ func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.Ima
 	tags := listed(ctx, sc, res, recheck)
 	entry, written, err := s.Store.Put(ctx, key, id, tags, clock(s.Now)())
 	if err != nil {
-		return stored{}, fmt.Errorf("storing the tags of %s: %w", key, err)
+		return stored{}, storeError{fmt.Errorf("storing the tags of %s: %w", key, err)}
 	}
 	return stored{entry: entry, written: written, listing: listing, invalid: invalid}, nil
 }
@@ -641,8 +656,9 @@ func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, 
 	} else {
 		a, err = s.Store.Add(ctx, key, id, confirmed)
 	}
-	// Also ErrOtherIdentity: a list taken for another object or spec is no base to add to.
-	if errors.Is(err, store.ErrNotFound) {
+	// Also ErrOtherIdentity: a list taken for another object or spec is no base to add to, nor
+	// is a damaged one.
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCorrupt) {
 		return stored{}, false, nil
 	}
 	if err != nil {
@@ -690,6 +706,15 @@ func listed(ctx context.Context, sc *registry.Scan, res registry.Result, pushed 
 func (s *Scanner) fail(ctx context.Context, repo *v1.ImageRepository, token, reason string, stalled bool, cause error) (ScanOutcome, error) {
 	_, err := s.status().fail(ctx, repo, token, reason, stalled, failureMessage(cause))
 	return ScanOutcome{Failure: reason, Stalled: stalled}, err
+}
+
+// failStore records that a scan's tags could not be stored (or the stored ones read): Ready=False
+// with the store's reason, since no status may say a scan succeeded when its tags were not
+// stored, and lastScanResult as it was. The error is returned too, so that the request is
+// delivered again.
+func (s *Scanner) failStore(ctx context.Context, repo *v1.ImageRepository, token string, cause error) (ScanOutcome, error) {
+	out, err := s.fail(ctx, repo, token, StoreReason(cause), false, cause)
+	return out, errors.Join(cause, err)
 }
 
 // status writes ImageRepository status.

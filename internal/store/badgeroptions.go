@@ -23,9 +23,10 @@ func (s *Store) badgerOptions(readOnly bool) badger.Options {
 		// 64 MiB by default. Holding pointers, 2 MiB fits thousands of writes.
 		WithMemTableSize(2 << 20).
 		WithNumMemtables(2).
-		// Value-log files are preallocated and mmapped whole; 1 GiB by
-		// default. Small files also let GC reclaim space in small steps.
-		WithValueLogFileSize(16 << 20).
+		// Value-log files are mapped whole, at twice this size; 1 GiB by
+		// default. Small files let GC reclaim space in small steps, each of
+		// which needs room for the live part of one file; see vlogFileSize.
+		WithValueLogFileSize(s.vlogFileSize()).
 		// Caches are cold after every open, so they cost memory for nothing.
 		// Badger panics on a zero block cache while compression is on.
 		WithBlockCacheSize(0).
@@ -35,5 +36,42 @@ func (s *Store) badgerOptions(readOnly bool) badger.Options {
 		// Each read-write session flushes one small L0 table on close;
 		// compacting it then keeps reads fast and the discard statistics,
 		// which value-log GC relies on, current.
-		WithCompactL0OnClose(true)
+		WithCompactL0OnClose(true).
+		// A damaged table block is then an error rather than garbage. Badger
+		// passes it over as a key it does not have, so a writer also checks
+		// every table when it opens: a damaged one fails the open, and the
+		// writer rebuilds the store (see rebuild). The tables hold keys,
+		// metadata and value pointers only, so this costs little.
+		WithChecksumVerificationMode(checksumMode(readOnly)).
+		// A damaged value is then a checksum error. Without it Badger decodes
+		// the damaged header and, when the lengths do not fit, returns an
+		// error that leaves the file's read lock held, after which Close
+		// waits for ever.
+		WithVerifyValueChecksum(true)
+}
+
+// checksumMode is when Badger verifies table checksums: for a reader on
+// every block read, for a writer on opening each table. Not both: when a
+// block fails the check at open in OnTableAndBlockRead, Badger (v4.9) derefs
+// the block it did not return and the process dies in one of its goroutines.
+// In OnTableRead the open reads blocks unchecked and checks each itself.
+func checksumMode(readOnly bool) badgeropts.ChecksumVerificationMode {
+	if readOnly {
+		return badgeropts.OnBlockRead
+	}
+	return badgeropts.OnTableRead
+}
+
+// Value-log file sizes: a value, hence a tag list, must fit in one file.
+const (
+	maxVlogFileSize = 16 << 20
+	minVlogFileSize = 8 << 20
+)
+
+// vlogFileSize sizes value-log files for the volume: 1/32 of it, between
+// 8 MiB (lists of some 400k short tags) and 16 MiB, so that a GC step, which
+// needs room for the live part of one file, fits on a small volume.
+func (s *Store) vlogFileSize() int64 {
+	v := volumeBytes(s.dir) / 32 &^ (1<<20 - 1)
+	return min(max(v, minVlogFileSize), maxVlogFileSize)
 }

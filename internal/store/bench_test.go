@@ -95,6 +95,20 @@ func BenchmarkPut100k(b *testing.B) {
 	}
 }
 
+// BenchmarkPutUnchanged100k writes the same list of 100k tags again, as every scan of a
+// repository whose tags did not change does.
+func BenchmarkPutUnchanged100k(b *testing.B) {
+	ctx := context.Background()
+	s := New(b.TempDir(), WithLinger(time.Hour))
+	defer s.Close()
+	tags := manyTags(100_000, "v")
+	for b.Loop() {
+		if _, _, err := s.Put(ctx, "ns/big", testID, tags, time.Now()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkHandover measures how long a writer waits for the directory
 // while reader processes read without pause, and how long the reads that
 // wait for the writer take. A write that waits past a second counts as a

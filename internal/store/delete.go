@@ -11,6 +11,9 @@ import (
 // Deleting a missing entry is not an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	return s.txn(ctx, key, true, func(txn *badger.Txn) error {
+		if err := s.room(0); err != nil {
+			return err
+		}
 		if err := txn.Delete(metaKey(key)); err != nil {
 			return err
 		}
@@ -40,6 +43,9 @@ func (s *Store) DeleteFor(ctx context.Context, key, uid string) (bool, error) {
 			return err
 		case !m.Identity.complete() || m.Identity.UID != uid:
 			return nil
+		}
+		if err := s.room(0); err != nil {
+			return err
 		}
 		if err := txn.Delete(metaKey(key)); err != nil {
 			return err

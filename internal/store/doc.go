@@ -26,6 +26,8 @@
 // stored tags value, that is of the compact JSON array of the sorted,
 // de-duplicated tags; see [RevisionOf].
 //
-// The store is a cache: losing it costs a full scan, so a directory that
-// cannot be read ([ErrCorrupt]) can be removed and the next scans refill it.
+// The store is a cache: losing it costs a full scan. A writer that finds the
+// directory damaged ([ErrCorrupt]) sets it aside and starts an empty store,
+// which the next scans refill ([ErrRebuilt]); on a volume without room for
+// what Badger may write, writes fail with [ErrFull] rather than fault.
 package store

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -58,10 +59,13 @@ func (s *Store) Keys(ctx context.Context) ([]string, error) {
 func readMeta(txn *badger.Txn, key string) (meta, error) {
 	item, err := txn.Get(metaKey(key))
 	if errors.Is(err, badger.ErrKeyNotFound) {
+		if r, ok := readRebuilt(txn); ok {
+			return meta{}, fmt.Errorf("%w: %w at %s after: %s", ErrNotFound, ErrRebuilt, r.At.Format(time.RFC3339), r.Cause)
+		}
 		return meta{}, ErrNotFound
 	}
 	if err != nil {
-		return meta{}, err
+		return meta{}, readError(err)
 	}
 	var m meta
 	err = item.Value(func(b []byte) error {
@@ -71,7 +75,7 @@ func readMeta(txn *badger.Txn, key string) (meta, error) {
 		}
 		return nil
 	})
-	return m, err
+	return m, readError(err)
 }
 
 // readMetaOf reads the metadata of key if it was listed for id; an entry of
@@ -99,7 +103,7 @@ func readEntry(txn *badger.Txn, key string, id Identity) (Entry, error) {
 		return Entry{}, fmt.Errorf("%w: metadata without tags", ErrCorrupt)
 	}
 	if err != nil {
-		return Entry{}, err
+		return Entry{}, readError(err)
 	}
 	var tags []string
 	err = item.Value(func(b []byte) error {
@@ -109,7 +113,17 @@ func readEntry(txn *badger.Txn, key string, id Identity) (Entry, error) {
 		}
 		return nil
 	})
-	return Entry{Tags: tags, Revision: m.Revision, ScanTime: m.ScanTime, Identity: m.Identity}, err
+	return Entry{Tags: tags, Revision: m.Revision, ScanTime: m.ScanTime, Identity: m.Identity}, readError(err)
+}
+
+// readError reports a value that Badger could not read (a checksum that does
+// not match, a value pointer out of its file) as damage: nothing else makes
+// a read within a transaction fail.
+func readError(err error) error {
+	if err == nil || errors.Is(err, ErrCorrupt) {
+		return err
+	}
+	return fmt.Errorf("%w: %v", ErrCorrupt, err)
 }
 
 // txn runs fn in one transaction on the open database, read-write when

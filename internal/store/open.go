@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/imagereflector/reflector/internal/metrics"
 )
 
 // open opens the directory for this Store's mode, waiting through the gate
@@ -64,10 +66,19 @@ func (s *Store) openThroughGate(ctx context.Context, g *gate, bo *backoff, start
 
 // openOnce tries one open. A reader that finds the log of a writer that died
 // without closing, or no store at all, needs one read-write open first:
-// Badger replays (or creates) the log only then.
+// Badger replays (or creates) the log only then. A writer opens only while
+// the volume has room for what the session may write (see room), and sets a
+// damaged directory aside (see rebuild); a reader reports the damage and
+// leaves the repair to the next writer, which alone may move files that
+// readers may be about to open.
 func (s *Store) openOnce(write bool) (*badger.DB, error) {
 	if !write && !exists(filepath.Join(s.dir, badger.ManifestFilename)) {
 		if err := s.replay(); err != nil {
+			return nil, err
+		}
+	}
+	if write {
+		if err := s.room(0); err != nil {
 			return nil, err
 		}
 	}
@@ -84,30 +95,45 @@ func (s *Store) openOnce(write bool) (*badger.DB, error) {
 			return db, err
 		}
 	}
-	return nil, s.unreadable(err)
+	err = s.classify(err)
+	if !damaged(err) {
+		return nil, err
+	}
+	if write {
+		return s.rebuild(err)
+	}
+	metrics.RecordStoreDamage(metrics.StoreDamageReported)
+	return nil, err
 }
 
 // replay opens the directory read-write once and closes it, which makes
 // Badger create a missing store or replay a log left by a writer that died.
 func (s *Store) replay() error {
+	if err := s.room(0); err != nil {
+		return err
+	}
 	rw, err := badger.Open(s.badgerOptions(false))
 	if err != nil {
 		if isLocked(err) {
 			return err
 		}
-		return s.unreadable(err)
+		err = s.classify(err)
+		if damaged(err) {
+			metrics.RecordStoreDamage(metrics.StoreDamageReported)
+		}
+		return err
 	}
 	if err := rw.Close(); err != nil {
-		return s.unreadable(err)
+		return s.classify(err)
 	}
 	s.opts.logger.Warn("opened the tag store read-write once for a reader", "dir", s.dir)
 	return nil
 }
 
-// unreadable reports a directory Badger cannot open for a reason other than
-// the lock.
+// unreadable reports a directory, or a value, that Badger cannot read
+// because of what it holds.
 func (s *Store) unreadable(cause error) error {
-	return fmt.Errorf("tag store %s: %w: %v", s.dir, ErrCorrupt, cause)
+	return fmt.Errorf("tag store %s: %w: %s", s.dir, ErrCorrupt, bounded(cause.Error()))
 }
 
 // exists reports whether path may exist; only "does not exist" says no.

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -185,32 +183,6 @@ func TestLockedUntilDeadline(t *testing.T) {
 	}
 	if err := <-got; !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get once the holder left = %v, want ErrNotFound", err)
-	}
-}
-
-// A directory Badger cannot open is reported as ErrCorrupt, to writers and
-// readers alike.
-func TestCorruptDirectory(t *testing.T) {
-	ctx := testCtx(t)
-	dir := filepath.Join(t.TempDir(), "tags")
-	s := New(dir)
-	if _, _, err := s.Put(ctx, "ns/a", testID, []string{"v1"}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, badger.ManifestFilename), []byte("not a manifest"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	for _, opts := range [][]Option{nil, {ReadOnly()}} {
-		s := New(dir, opts...)
-		_, err := s.Get(ctx, "ns/a", testID)
-		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), dir) {
-			t.Errorf("Get on a damaged directory = %v, want ErrCorrupt naming it", err)
-		}
-		s.Close()
 	}
 }
 

@@ -29,7 +29,14 @@ func (s *Store) Put(ctx context.Context, key string, id Identity, tags []string,
 			return err
 		}
 		sameList := err == nil && old.Revision == rev
+		if sameList && !intact(txn, key, rev) {
+			// A damaged list is written again, and its readers were waiting for it.
+			sameList, old.Revision = false, ""
+		}
 		changed = !sameList || old.Identity != id
+		if err := s.room(len(metaValue) + len(value)); err != nil {
+			return err
+		}
 		if err := txn.Set(metaKey(key), metaValue); err != nil {
 			return err
 		}
@@ -84,6 +91,9 @@ func (s *Store) Add(ctx context.Context, key string, id Identity, tags []string)
 		}
 		value, rev := encodeTags(merged)
 		a.Entry = Entry{Tags: merged, Revision: rev, ScanTime: cur.ScanTime, Identity: id}
+		if err := s.room(len(value)); err != nil {
+			return err
+		}
 		if err := txn.Set(metaKey(key), encodeMeta(meta{Revision: rev, ScanTime: cur.ScanTime, Identity: id})); err != nil {
 			return err
 		}
@@ -93,6 +103,20 @@ func (s *Store) Add(ctx context.Context, key string, id Identity, tags []string)
 		return Addition{}, err
 	}
 	return a, nil
+}
+
+// intact tells whether the stored tags of key still hash to rev.
+func intact(txn *badger.Txn, key, rev string) bool {
+	item, err := txn.Get(tagsKey(key))
+	if err != nil {
+		return false
+	}
+	ok := false
+	err = item.Value(func(b []byte) error {
+		ok = revisionOfValue(b) == rev
+		return nil
+	})
+	return err == nil && ok
 }
 
 // mergeTags inserts the tags of add missing from the sorted list, without

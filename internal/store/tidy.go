@@ -40,7 +40,10 @@ const (
 func (s *Store) tidy(db *badger.DB, g *gate, urgent bool) {
 	yield := func() bool { return !urgent && g.waiting(true) }
 	deadline := time.Now().Add(tidyGCBudget)
-	for time.Now().Before(deadline) && !yield() {
+	// A GC round rewrites the live part of one file, a rewrite one chunk;
+	// on a volume without room for that, tidying waits for a later close.
+	room := func(n int64) bool { _, _, ok := s.space(int(n)); return ok }
+	for time.Now().Before(deadline) && !yield() && room(s.vlogFileSize()) {
 		err := db.RunValueLogGC(gcDiscardRatio)
 		if err != nil {
 			if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
@@ -52,7 +55,7 @@ func (s *Store) tidy(db *badger.DB, g *gate, urgent bool) {
 	if valueLogFiles(s.dir) <= maxValueLogFiles {
 		return
 	}
-	if err := rewriteOldest(db, yield); err != nil {
+	if err := rewriteOldest(db, func() bool { return yield() || !room(rewriteChunk) }); err != nil {
 		s.opts.logger.Warn("rewriting old lists of the tag store", "dir", s.dir, "error", err)
 	}
 }

@@ -48,6 +48,11 @@ const (
 	AuthenticationFailedReason = "AuthenticationFailed"
 	// ReadOperationFailedReason signals a failure to read from the registry or the tag store.
 	ReadOperationFailedReason = "ReadOperationFailed"
+	// TagStoreDamagedReason signals that the tag store was found damaged: the object's tags could
+	// not be stored or read, or were lost when the damaged store was set aside and rebuilt.
+	TagStoreDamagedReason = "TagStoreDamaged"
+	// TagStoreFullReason signals that the tag store's volume has no room left for the tags.
+	TagStoreFullReason = "TagStoreFull"
 	// IntervalNotConfiguredReason signals that spec.interval is missing where it is required.
 	IntervalNotConfiguredReason = "IntervalNotConfigured"
 	// AccessDeniedReason signals that a cross-namespace reference is not allowed.

@@ -1,0 +1,344 @@
+package stack_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"golang.org/x/sys/unix"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/stack"
+	"github.com/imagereflector/reflector/internal/testenv"
+)
+
+// damageFile flips 64 bytes of the first file in dir whose name ends in suffix, at the offset
+// that where returns for its size.
+func damageFile(t *testing.T, dir, suffix string, where func(int) int) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), suffix) {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off := where(len(b))
+		if off < 0 || off+16 > len(b) {
+			t.Fatalf("%s has %d bytes, too few to damage at %d", p, len(b), off)
+		}
+		for i := off; i < off+64 && i < len(b); i++ {
+			b[i] ^= 0x5a
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("no file *%s in %s", suffix, dir)
+}
+
+// latestGuard fails the test if the policy's latestRef is ever seen other than one of the tags
+// it is allowed to show, while the guard runs.
+func latestGuard(t *testing.T, s *stack.Stack, policy string, allowed ...string) (stop func()) {
+	t.Helper()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			p, err := s.Kube.Policies.Get(context.Background(), "default", policy)
+			if err != nil {
+				continue
+			}
+			ok := false
+			for _, a := range allowed {
+				ok = ok || refTag(p.Status.LatestRef) == a
+			}
+			if !ok {
+				t.Errorf("policy %s: latestRef %s, want one of %v", policy, refTag(p.Status.LatestRef), allowed)
+				return
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// waitReady waits for Ready of an object to have status and reason, and returns its message.
+func waitReady(t *testing.T, s *stack.Stack, kind, name, status, reason string) string {
+	t.Helper()
+	var msg string
+	testenv.Eventually(t, 90*time.Second, func() error {
+		ctx := context.Background()
+		var conds []metav1.Condition
+		switch kind {
+		case v1.ImageRepositoryKind:
+			r, err := s.Kube.Repositories.Get(ctx, "default", name)
+			if err != nil {
+				return err
+			}
+			conds = r.Status.Conditions
+		default:
+			p, err := s.Kube.Policies.Get(ctx, "default", name)
+			if err != nil {
+				return err
+			}
+			conds = p.Status.Conditions
+		}
+		ready := apimeta.FindStatusCondition(conds, v1.ReadyCondition)
+		if ready == nil || string(ready.Status) != status || ready.Reason != reason {
+			return fmt.Errorf("%s %s: Ready %+v, want %s %s; logs in %s", kind, name, ready, status, reason, filepath.Dir(s.Log(stack.Scan)))
+		}
+		msg = ready.Message
+		return nil
+	})
+	return msg
+}
+
+// countLines counts the lines of a component's log that contain text.
+func countLines(t *testing.T, s *stack.Stack, c, text string) int {
+	t.Helper()
+	b, err := os.ReadFile(s.Log(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), text)
+}
+
+// TestDamagedStoreHealsIntegration damages a file of the tag store that the running functions
+// share, while they are stopped, as a node's crash or a bad disk would, and starts the policy
+// function alone first: it reports the damage on the policy it evaluates (TagStoreDamaged,
+// latestRef kept) and moves nothing. Then the scan function and the cron reconciler come back:
+// the first writer sets the directory aside and starts an empty store, the cron reconciler has
+// the repository listed again, and the policy is Ready with the same latestRef, then follows a
+// push, without anyone's help. The damage is logged once and counted.
+func TestDamagedStoreHealsIntegration(t *testing.T) {
+	for _, d := range []struct {
+		name, suffix string
+		where        func(int) int
+	}{
+		{"manifest", "MANIFEST", func(int) int { return 8 }},
+		{"value log", ".vlog", func(int) int { return 0 }},
+		{"table", ".sst", func(n int) int { return n - 200 }},
+	} {
+		t.Run(d.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := start(t, stack.Options{CronEvery: 2 * time.Second})
+			image := s.Registry + "/damage/app"
+			if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(observedManifests, image))); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := stack.Push(image + ":1.0.0"); err != nil {
+				t.Fatal(err)
+			}
+			waitLatest(t, s, "stable", "1.0.0")
+			stop := latestGuard(t, s, "stable", "1.0.0", "1.1.0")
+			defer stop()
+
+			for _, c := range []string{stack.Cron, stack.Scan, stack.Policy} {
+				if err := s.Kill(c, syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+			}
+			damageFile(t, s.StoreDir(), d.suffix, d.where)
+
+			if err := s.Restart(ctx, stack.Policy); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Kube.Policies.RequestReconcile(ctx, "default", "stable", time.Now().Format(time.RFC3339Nano)); err != nil {
+				t.Fatal(err)
+			}
+			msg := waitReady(t, s, v1.ImagePolicyKind, "stable", "False", v1.TagStoreDamagedReason)
+			if !strings.Contains(msg, "tag store is unreadable") {
+				t.Errorf("policy message %q does not say the store is unreadable", msg)
+			}
+			if _, err := os.Stat(filepath.Join(s.StoreDir(), "reflector.damaged")); err == nil {
+				t.Fatal("the reader set the damaged store aside")
+			}
+
+			for _, c := range []string{stack.Scan, stack.Cron} {
+				if err := s.Restart(ctx, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitReady(t, s, v1.ImagePolicyKind, "stable", "True", v1.SucceededReason)
+			waitReady(t, s, v1.ImageRepositoryKind, "app", "True", v1.SucceededReason)
+			if _, err := os.Stat(filepath.Join(s.StoreDir(), "reflector.damaged", "REASON")); err != nil {
+				t.Errorf("no aside copy with its reason: %v", err)
+			}
+			if _, err := stack.Push(image + ":1.1.0"); err != nil {
+				t.Fatal(err)
+			}
+			waitLatest(t, s, "stable", "1.1.0")
+
+			rebuilt := 0.0
+			for _, c := range []string{stack.Scan, stack.Cron} {
+				v, _ := testenv.Scrape(t, s.Metrics[c]).Value("reflector_store_damage_total", map[string]string{"action": "rebuilt"})
+				rebuilt += v
+			}
+			if rebuilt != 1 {
+				t.Errorf("reflector_store_damage_total{action=rebuilt} = %v over the writers, want 1", rebuilt)
+			}
+			lines := 0
+			for _, c := range []string{stack.Scan, stack.Cron, stack.Policy} {
+				lines += countLines(t, s, c, "the tag store was damaged")
+			}
+			if lines != 1 {
+				t.Errorf("%d log lines say the store was damaged and rebuilt, want 1", lines)
+			}
+		})
+	}
+}
+
+// TestFullStoreIntegration runs the whole system on a tag store whose volume is a small tmpfs,
+// fills the volume and pushes: the scan function cannot store the pushed tag and says so
+// (Ready=False, TagStoreFull), the policy keeps its latestRef, no process exits and /healthz
+// keeps answering. Once room returns, the cron reconciler has the repository scanned again and
+// the policy moves on, without anyone's help. It mounts a tmpfs, which needs root: run it with
+// REFLECTOR_FAULTS_TEST=1 (make faults-test).
+func TestFullStoreIntegration(t *testing.T) {
+	if os.Getenv("REFLECTOR_FAULTS_TEST") == "" {
+		t.Skip("set REFLECTOR_FAULTS_TEST=1 to run the full-volume test on a small tmpfs (it mounts one, which needs root): make faults-test")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	storeDir := filepath.Join(dir, "store")
+	if err := os.Mkdir(storeDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", storeDir, "tmpfs", 0, "size=64m,mode=0755"); err != nil {
+		t.Skipf("cannot mount a tmpfs on %s (%v): the full-volume test needs root", storeDir, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(storeDir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmounting %s: %v", storeDir, err)
+		}
+	})
+	s := start(t, stack.Options{Dir: dir, CronEvery: 2 * time.Second})
+	if s.StoreDir() != storeDir {
+		t.Fatalf("the stack's store is %s, not the tmpfs %s", s.StoreDir(), storeDir)
+	}
+	image := s.Registry + "/full/app"
+	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(observedManifests, image))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stack.Push(image + ":1.0.0"); err != nil {
+		t.Fatal(err)
+	}
+	waitLatest(t, s, "stable", "1.0.0")
+	stop := latestGuard(t, s, "stable", "1.0.0", "1.1.0")
+	defer stop()
+
+	// /healthz of both functions answers throughout.
+	probeDone := make(chan struct{})
+	var probes sync.WaitGroup
+	failed := map[string]int{}
+	var mu sync.Mutex
+	probes.Go(func() {
+		for {
+			select {
+			case <-probeDone:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			for _, u := range []string{s.ScanURL, s.PolicyURL} {
+				resp, err := http.Get(u + "/healthz")
+				if err == nil {
+					resp.Body.Close()
+				}
+				if err != nil || resp.StatusCode != http.StatusOK {
+					mu.Lock()
+					failed[u]++
+					mu.Unlock()
+				}
+			}
+		}
+	})
+
+	filler := filepath.Join(storeDir, "filler")
+	fillVolume(t, filler, 1<<20)
+	if _, err := stack.Push(image + ":1.1.0"); err != nil {
+		t.Fatal(err)
+	}
+	msg := waitReady(t, s, v1.ImageRepositoryKind, "app", "False", v1.TagStoreFullReason)
+	if !strings.Contains(msg, "tag store is full") {
+		t.Errorf("repository message %q does not say the store is full", msg)
+	}
+	// Several cron passes and retried deliveries against the full store.
+	time.Sleep(6 * time.Second)
+	if p, err := s.Kube.Policies.Get(ctx, "default", "stable"); err != nil || refTag(p.Status.LatestRef) != "1.0.0" {
+		t.Fatalf("policy on a full store: %v, %v; want latestRef 1.0.0 kept", p, err)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	waitLatest(t, s, "stable", "1.1.0")
+	waitReady(t, s, v1.ImageRepositoryKind, "app", "True", v1.SucceededReason)
+
+	close(probeDone)
+	probes.Wait()
+	for u, n := range failed {
+		t.Errorf("%s/healthz failed %d times", u, n)
+	}
+	for _, c := range []string{stack.Scan, stack.Policy, stack.Cron} {
+		if st := s.Status(c); st.Restarts != 0 {
+			t.Errorf("%s restarted %d times (last exit %s)", c, st.Restarts, st.LastExit)
+		}
+	}
+	full := 0.0
+	for _, c := range []string{stack.Scan, stack.Cron} {
+		v, _ := testenv.Scrape(t, s.Metrics[c]).Value("reflector_store_full_total", nil)
+		full += v
+	}
+	if full == 0 {
+		t.Error("reflector_store_full_total counted no refused write")
+	}
+}
+
+// fillVolume writes zeros to path until its volume is full, then gives back leave bytes.
+func fillVolume(t *testing.T, path string, leave int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, unix.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(max(fi.Size()-leave, 0)); err != nil {
+		t.Fatal(err)
+	}
+}
