@@ -70,7 +70,6 @@ func (r *Receiver) HandleCloudEvent(ctx context.Context, e cloudevents.Event) er
 		attrs = append(attrs, slog.String("error", err.Error()))
 	}
 	r.logger().LogAttrs(ctx, level, "cloudevent", attrs...)
-	r.scanAll(ctx, res.annotated)
 	return err
 }
 

@@ -99,7 +99,7 @@ const annotateConcurrency = 8
 // patches run concurrently, because the sender waits for all of them. It returns the targets
 // annotated, in order, and the first error; it goes on after an error so that every object it
 // can reach carries the request.
-func (r *Receiver) annotate(ctx context.Context, targets []target) ([]target, error) {
+func (r *Receiver) annotate(ctx context.Context, targets []target, recs []*reconcile.Recording) ([]target, error) {
 	token := reconcile.PushRequestToken(r.cfg.now())
 	errs := make([]error, len(targets))
 	gone := make([]bool, len(targets))
@@ -112,6 +112,11 @@ func (r *Receiver) annotate(ctx context.Context, targets []target) ([]target, er
 			var err error
 			sent[i] = time.Now()
 			annotated[i], err = r.kube.Repositories.RequestReconcile(ctx, t.namespace, t.name, token)
+			if err != nil {
+				recs[i].Finish(nil, err)
+			} else {
+				recs[i].Finish(annotated[i], nil)
+			}
 			switch {
 			case apierrors.IsNotFound(err):
 				// Deleted since the listing: there is nothing to scan.

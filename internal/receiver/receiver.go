@@ -30,6 +30,9 @@ type Scanner interface {
 	ScanObject(ctx context.Context, repo *v1.ImageRepository, hint *reconcile.Hint) (reconcile.ScanOutcome, error)
 	// ScanRecorded scans repo as the caller's reconcile-request patch, sent at sent, returned it.
 	ScanRecorded(ctx context.Context, repo *v1.ImageRepository, hint *reconcile.Hint, sent time.Time) (reconcile.ScanOutcome, error)
+	// ScanBeside scans namespace/name while the caller's reconcile-request patch is on its
+	// way; the caller reports the patch's result to rec.
+	ScanBeside(ctx context.Context, namespace, name string, hint *reconcile.Hint, rec *reconcile.Recording) (reconcile.ScanOutcome, error)
 	// Join adds a request to a follow-up scan already collected for the repository when one of
 	// its requests was recorded after the running scan read the object, and reports whether it
 	// did; the caller then records nothing and scans nothing.
@@ -148,6 +151,29 @@ func (r *Receiver) scanLater(req context.Context, t target) bool {
 		ctx, cancel := context.WithTimeout(trace.Copy(r.base, req), t.timeout)
 		defer cancel()
 		if _, err := r.scanner.ScanRecorded(ctx, t.annotated, t.hint(), t.sent); err != nil {
+			r.cfg.log.WarnContext(ctx, "background scan failed; the cron reconciler retries it",
+				"namespace", t.namespace, "name", t.name, "error", redact.String(err.Error()))
+		}
+	}()
+	return true
+}
+
+// scanBeside scans the target t in the background while its annotation patch, whose result
+// rec receives, is on its way, within its timeout and in the trace of req. It reports false
+// when the Receiver is shutting down and the scan is left to the cron reconciler.
+func (r *Receiver) scanBeside(req context.Context, t target, rec *reconcile.Recording) bool {
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		return false
+	}
+	r.inFlight.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.inFlight.Done()
+		ctx, cancel := context.WithTimeout(trace.Copy(r.base, req), t.timeout)
+		defer cancel()
+		if _, err := r.scanner.ScanBeside(ctx, t.namespace, t.name, t.hint(), rec); err != nil {
 			r.cfg.log.WarnContext(ctx, "background scan failed; the cron reconciler retries it",
 				"namespace", t.namespace, "name", t.name, "error", redact.String(err.Error()))
 		}

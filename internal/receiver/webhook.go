@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/imagereflector/reflector/internal/metrics"
+	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/trace"
 	"github.com/imagereflector/reflector/internal/webhook"
@@ -46,7 +47,6 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	writeAnswer(ctx, w, res)
 	metrics.RecordWebhook(providerLabel(res.provider), res.outcome())
 	r.logAnswer(ctx, "webhook", res, time.Since(start))
-	r.scanAll(ctx, res.annotated)
 }
 
 // providerLabel bounds the provider label to the known providers.
@@ -203,9 +203,16 @@ func (r *Receiver) deliver(ctx context.Context, key, namespace string, evs []web
 	if len(targets) == 0 {
 		return res.with(http.StatusAccepted, "accepted")
 	}
-	// The tag store opens while the annotations are written: the scans come next.
+	// The scans confirm and store the pushed tags while the annotations, the commit point, are
+	// written; each writes its status once its annotation is in (reconcile.Recording).
 	r.scanner.Warm()
-	res.annotated, err = r.annotate(ctx, targets)
+	recs := make([]*reconcile.Recording, len(targets))
+	sent := time.Now()
+	for i, t := range targets {
+		recs[i] = reconcile.NewRecording(sent)
+		r.scanBeside(ctx, t, recs[i])
+	}
+	res.annotated, err = r.annotate(ctx, targets, recs)
 	if err != nil {
 		// A retry annotates again, which is harmless; the objects already annotated are
 		// scanned now.
@@ -219,13 +226,6 @@ func (r *Receiver) deliver(ctx context.Context, key, namespace string, evs []web
 		return res.with(http.StatusOK, "no ImageRepository matches "+eventKeys(evs))
 	}
 	return res.with(http.StatusAccepted, "accepted")
-}
-
-// scanAll starts the background scans of annotated targets, in the trace of ctx.
-func (r *Receiver) scanAll(ctx context.Context, targets []target) {
-	for _, t := range targets {
-		r.scanLater(ctx, t)
-	}
 }
 
 // eventKeys names the repositories of evs for an answer: the first few, and how many more.

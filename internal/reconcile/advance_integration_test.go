@@ -16,6 +16,7 @@ import (
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/store"
+	"github.com/imagereflector/reflector/internal/testenv"
 )
 
 // add adds tags to the stored list of ns/name as a scan's incremental path does and returns
@@ -84,8 +85,8 @@ func evaluatedRevision(p *v1.ImagePolicy) string {
 func TestAdvanceIntegration(t *testing.T) {
 	f := newEvalFixture(t)
 	const image = "ghcr.io/org/app"
-	// setUp makes a repository with tags, and a policy of it evaluated from the store.
-	setUp := func(t *testing.T, name string, spec v1.ImagePolicySpec, tags ...string) {
+	// setUp makes a repository of image with tags, and a policy of it evaluated from the store.
+	setUp := func(t *testing.T, name, image string, spec v1.ImagePolicySpec, tags ...string) {
 		t.Helper()
 		f.repo(t, f.ns, name, image)
 		f.put(t, f.ns, name, tags...)
@@ -98,7 +99,11 @@ func TestAdvanceIntegration(t *testing.T) {
 	}
 
 	t.Run("advances without the store", func(t *testing.T) {
-		setUp(t, "advance", v1.ImagePolicySpec{Policy: semver(">=1.0.0"), DigestReflectionPolicy: v1.ReflectIfNotPresent},
+		// The first evaluation resolves the digest of 1.2.0 in a registry of the test's own.
+		reg := testenv.NewRegistry(t)
+		reg.Push(t, "org/app", "1.0.0", "1.2.0")
+		image := reg.Image("org/app")
+		setUp(t, "advance", image, v1.ImagePolicySpec{Policy: semver(">=1.0.0"), DigestReflectionPolicy: v1.ReflectIfNotPresent},
 			"1.0.0", "1.2.0")
 		c := f.add(t, f.ns, "advance", "1.3.0", "0.9.0")
 		outs, err := f.storeless(t).EvaluateChange(context.Background(), c)
@@ -114,7 +119,7 @@ func TestAdvanceIntegration(t *testing.T) {
 	})
 
 	t.Run("an added tag that loses changes only the revision", func(t *testing.T) {
-		setUp(t, "loses", v1.ImagePolicySpec{Policy: alphabetical(v1.OrderAsc)}, "b", "c")
+		setUp(t, "loses", image, v1.ImagePolicySpec{Policy: alphabetical(v1.OrderAsc)}, "b", "c")
 		c := f.add(t, f.ns, "loses", "a")
 		if _, err := f.storeless(t).EvaluateChange(context.Background(), c); err != nil {
 			t.Fatal(err)
@@ -159,7 +164,7 @@ func TestAdvanceIntegration(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "doubt-" + strings.ReplaceAll(tc.name, " ", "-")
-			setUp(t, name, v1.ImagePolicySpec{Policy: semver(">=1.0.0"), DigestReflectionPolicy: v1.ReflectNever}, "1.0.0", "1.2.0")
+			setUp(t, name, image, v1.ImagePolicySpec{Policy: semver(">=1.0.0"), DigestReflectionPolicy: v1.ReflectNever}, "1.0.0", "1.2.0")
 			c := f.add(t, f.ns, name, "1.3.0")
 			tc.change(t, &c)
 			outs, _ := f.storeless(t).EvaluateChange(context.Background(), c)
@@ -183,7 +188,7 @@ func TestAdvanceIntegration(t *testing.T) {
 	}
 
 	t.Run("events in the opposite order", func(t *testing.T) {
-		setUp(t, "order", v1.ImagePolicySpec{Policy: semver(">=1.0.0")}, "1.0.0")
+		setUp(t, "order", image, v1.ImagePolicySpec{Policy: semver(">=1.0.0")}, "1.0.0")
 		first := f.add(t, f.ns, "order", "1.1.0")
 		second := f.add(t, f.ns, "order", "1.2.0")
 		seen := watchLatest(t, f, "order")

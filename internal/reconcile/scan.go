@@ -114,6 +114,10 @@ type pending struct {
 	// read is when the running scan had its object; zero until it has. recorded is the latest
 	// time at which a collected request's own reconcile-request patch was sent. See joinable.
 	read, recorded time.Time
+	// recs are the patches of collected requests that were still on their way when they were
+	// collected (ScanBeside): the follow-up scan reads the object only once they returned, so
+	// that it sees the requests it is to mark handled.
+	recs []*Recording
 }
 
 // joinable tells whether a request may join the collected ones without recording its own: the
@@ -145,6 +149,14 @@ func (s *Scanner) ScanObject(ctx context.Context, repo *v1.ImageRepository, hint
 // later requests may join (Join).
 func (s *Scanner) ScanRecorded(ctx context.Context, repo *v1.ImageRepository, hint *Hint, sent time.Time) (ScanOutcome, error) {
 	return s.run(ctx, repo.Namespace, repo.Name, repo, hint, sent)
+}
+
+// ScanBeside scans namespace/name while rec's reconcile-request patch is on its way: it reads
+// the object, confirms and stores the pushed tags and announces them at once, and writes the
+// status only after the patch has returned (see Recording). A request that joins a scan already
+// running returns at once, as with Scan.
+func (s *Scanner) ScanBeside(ctx context.Context, namespace, name string, hint *Hint, rec *Recording) (ScanOutcome, error) {
+	return s.runFor(ctx, namespace, name, nil, hint, rec.sent, rec)
 }
 
 // Join merges a request for namespace/name into the follow-up scan already collected for it,
@@ -198,6 +210,12 @@ func (s *Scanner) Warm() {
 // run scans namespace/name, starting from read when it is not nil; sent is when the request's
 // own reconcile-request patch was sent, zero for a request that did not record itself.
 func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint, sent time.Time) (ScanOutcome, error) {
+	return s.runFor(ctx, namespace, name, read, hint, sent, nil)
+}
+
+// runFor is run of a request whose reconcile-request patch, when rec is not nil, is still on
+// its way.
+func (s *Scanner) runFor(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint, sent time.Time, rec *Recording) (ScanOutcome, error) {
 	key := StoreKey(namespace, name)
 	s.mu.Lock()
 	if s.running == nil {
@@ -205,7 +223,22 @@ func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.Imag
 	}
 	if p, ok := s.running[key]; ok {
 		s.collect(ctx, p, hint)
-		if sent.After(p.recorded) {
+		switch {
+		case rec != nil:
+			// A request whose patch is still on its way counts as recorded once the patch
+			// has returned, before its sender hears of it.
+			p.recs = append(p.recs, rec)
+			done, ok := rec.whenRecorded(func() {
+				s.mu.Lock()
+				if s.running[key] == p && slices.Contains(p.recs, rec) && sent.After(p.recorded) {
+					p.recorded = sent
+				}
+				s.mu.Unlock()
+			})
+			if done && ok && sent.After(p.recorded) {
+				p.recorded = sent
+			}
+		case sent.After(p.recorded):
 			p.recorded = sent
 		}
 		s.mu.Unlock()
@@ -217,8 +250,8 @@ func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.Imag
 	s.mu.Unlock()
 
 	for {
-		out, err := s.scan(ctx, namespace, name, read, hint, p)
-		read = nil
+		out, err := s.scan(ctx, namespace, name, read, hint, p, rec)
+		read, rec = nil, nil
 		s.mu.Lock()
 		if p.requested && ctx.Err() == nil && p.hint != nil && s.lists(p.hint, out.TagCount) {
 			s.mu.Unlock()
@@ -230,11 +263,36 @@ func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.Imag
 			s.mu.Unlock()
 			return out, err
 		}
+		s.mu.Unlock()
+		s.awaitRecorded(ctx, p)
+		s.mu.Lock()
 		hint = p.hint
 		ctx = trace.Copy(ctx, p.trace)
 		p.requested, p.hint, p.trace = false, nil, nil
-		p.read, p.recorded = time.Time{}, time.Time{}
+		p.read, p.recorded, p.recs = time.Time{}, time.Time{}, nil
 		s.mu.Unlock()
+	}
+}
+
+// awaitRecorded waits until the patches of the requests collected in p have returned, or ctx
+// ends; requests collected while it waits are waited for too.
+func (s *Scanner) awaitRecorded(ctx context.Context, p *pending) {
+	for {
+		s.mu.Lock()
+		var open *Recording
+		for _, r := range p.recs {
+			if !r.finished() {
+				open = r
+				break
+			}
+		}
+		s.mu.Unlock()
+		if open == nil {
+			return
+		}
+		if _, _ = open.wait(ctx); ctx.Err() != nil {
+			return
+		}
 	}
 }
 
@@ -320,7 +378,7 @@ func mergeHints(waiting bool, a, b *Hint) *Hint {
 	return &Hint{Tags: tags, More: more}
 }
 
-func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint, p *pending) (out ScanOutcome, err error) {
+func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint, p *pending, rec *Recording) (out ScanOutcome, err error) {
 	now := clock(s.Now)
 	start := now()
 	key := StoreKey(namespace, name)
@@ -378,7 +436,13 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		return out, fmt.Errorf("reading ImageRepository %s: %w", key, err)
 	}
 	repo = got
-	s.haveObject(p)
+	if rec == nil {
+		s.haveObject(p)
+	} else if done, ok := rec.whenRecorded(func() { s.haveObject(p) }); done && ok {
+		// The object whose request this scan marks handled is the one its patch returns: the
+		// scan has it once the patch has returned (pending.joinable).
+		s.haveObject(p)
+	}
 	if !repo.DeletionTimestamp.IsZero() {
 		return s.finalize(ctx, repo)
 	}
@@ -386,14 +450,35 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		return ScanOutcome{Skipped: SkippedSuspended}, s.status().acknowledge(ctx, repo)
 	}
 	token := repo.Annotations[v1.ReconcileRequestAnnotation]
+	// settle waits, for a scan that runs beside its request's patch, until the patch returned,
+	// and moves the status write onto the object it returned; false means no status is to be
+	// written (Scanner.recorded).
+	settle := func() (bool, error) {
+		if rec == nil {
+			return true, nil
+		}
+		recorded, err := s.recorded(ctx, repo, hint, p, rec)
+		rec = nil
+		if recorded == nil {
+			return false, err
+		}
+		repo, token = recorded, recorded.Annotations[v1.ReconcileRequestAnnotation]
+		return true, nil
+	}
+	failed := func(reason string, stalled bool, cause error) (ScanOutcome, error) {
+		if ok, err := settle(); !ok {
+			return ScanOutcome{Failure: reason, Stalled: stalled}, errors.Join(cause, err)
+		}
+		return s.fail(ctx, repo, token, reason, stalled, cause)
+	}
 
 	id, err := RepositoryIdentity(repo)
 	if err != nil {
-		return s.fail(ctx, repo, token, v1.ImageURLInvalidReason, true, err)
+		return failed(v1.ImageURLInvalidReason, true, err)
 	}
 	sc, err := s.Registry.Prepare(ctx, s.Kube, repo)
 	if err != nil {
-		return s.fail(ctx, repo, token, registry.Reason(err), registry.Stalled(err), err)
+		return failed(registry.Reason(err), registry.Stalled(err), err)
 	}
 	defer sc.Close()
 
@@ -403,11 +488,12 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		if errors.As(err, &lf) {
 			// The entry keeps the identity it was listed for, so evaluations of an edited
 			// repository wait for a successful scan rather than use it.
-			return s.fail(ctx, repo, token, registry.Reason(lf.err), registry.Stalled(lf.err), lf.err)
+			return failed(registry.Reason(lf.err), registry.Stalled(lf.err), lf.err)
 		}
 		var sf storeError
 		if errors.As(err, &sf) {
-			return s.failStore(ctx, repo, token, sf.err)
+			out, ferr := failed(StoreReason(sf.err), false, sf.err)
+			return out, errors.Join(sf.err, ferr)
 		}
 		return out, err
 	}
@@ -415,7 +501,30 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	// The policies are evaluated from the store, or from the delta, and the repository's spec,
 	// not its status: they hear of the new tags while the status is written.
 	defer s.announce(ctx, repo, id, res, out.Changed)()
+	if ok, err := settle(); !ok {
+		return out, err
+	}
 	return out, s.record(ctx, repo, token, id.Image, res, out)
+}
+
+// recorded waits for the reconcile-request patch of a scan that ran beside it and returns the
+// object as the patch returned it, which the status is written against, or nil when the status
+// must not be written: the patch failed (the error), or the object is no longer the one scanned
+// (recreated, or its spec edited), in which case a follow-up scan is collected.
+func (s *Scanner) recorded(ctx context.Context, scanned *v1.ImageRepository, hint *Hint, p *pending, rec *Recording) (*v1.ImageRepository, error) {
+	got, err := rec.wait(ctx)
+	if err != nil {
+		// The tags are stored and announced; the request, if recorded after all, is scanned
+		// again by the cron reconciler.
+		return nil, fmt.Errorf("recording the scan request of ImageRepository %s/%s: %w", scanned.Namespace, scanned.Name, err)
+	}
+	if got.UID != scanned.UID || got.Generation != scanned.Generation {
+		s.mu.Lock()
+		s.collect(ctx, p, hint)
+		s.mu.Unlock()
+		return nil, nil
+	}
+	return got, nil
 }
 
 // stored is what a scan left in the tag store.
@@ -706,15 +815,6 @@ func listed(ctx context.Context, sc *registry.Scan, res registry.Result, pushed 
 func (s *Scanner) fail(ctx context.Context, repo *v1.ImageRepository, token, reason string, stalled bool, cause error) (ScanOutcome, error) {
 	_, err := s.status().fail(ctx, repo, token, reason, stalled, failureMessage(cause))
 	return ScanOutcome{Failure: reason, Stalled: stalled}, err
-}
-
-// failStore records that a scan's tags could not be stored (or the stored ones read): Ready=False
-// with the store's reason, since no status may say a scan succeeded when its tags were not
-// stored, and lastScanResult as it was. The error is returned too, so that the request is
-// delivered again.
-func (s *Scanner) failStore(ctx context.Context, repo *v1.ImageRepository, token string, cause error) (ScanOutcome, error) {
-	out, err := s.fail(ctx, repo, token, StoreReason(cause), false, cause)
-	return out, errors.Join(cause, err)
 }
 
 // status writes ImageRepository status.
