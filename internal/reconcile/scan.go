@@ -467,7 +467,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	}
 	failed := func(reason string, stalled bool, cause error) (ScanOutcome, error) {
 		if ok, err := settle(); !ok {
-			return ScanOutcome{Failure: reason, Stalled: stalled}, errors.Join(cause, err)
+			return ScanOutcome{Failure: reason, Stalled: stalled}, err
 		}
 		return s.fail(ctx, repo, token, reason, stalled, cause)
 	}
