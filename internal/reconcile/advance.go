@@ -8,6 +8,7 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/policy"
 	"github.com/imagereflector/reflector/internal/store"
 )
@@ -103,8 +104,22 @@ func Advance(sel *policy.Selector, reflect v1.ReflectionPolicy, latest v1.ImageR
 // store must be read instead.
 func (e *Evaluator) advance(ctx context.Context, w *policyWorld, pol *v1.ImagePolicy, token string, repo *v1.ImageRepository, id store.Identity, sel *policy.Selector) (out PolicyOutcome, ok bool, err error) {
 	d := w.delta
-	if !advanceable(pol, token, d, id, repo.Spec.Image) {
+	if d == nil || d.id != id {
 		return PolicyOutcome{}, false, nil
+	}
+	if !advanceable(pol, token, d, id, repo.Spec.Image) {
+		// The policies are listed from the apiserver's watch cache, which may not hold the
+		// latest status yet, such as that of the evaluation of the previous push a moment ago:
+		// a read of the policy costs less than a read of the store.
+		fresh, err := e.Kube.Policies.Get(ctx, pol.Namespace, pol.Name)
+		if err != nil || fresh.ResourceVersion == pol.ResourceVersion || fresh.Generation != pol.Generation {
+			return PolicyOutcome{}, false, nil
+		}
+		token, _ = kube.ReconcileRequest(fresh.Annotations)
+		if !advanceable(fresh, token, d, id, repo.Spec.Image) {
+			return PolicyOutcome{}, false, nil
+		}
+		pol = fresh
 	}
 	latest, ok := Advance(sel, pol.GetDigestReflectionPolicy(), *pol.Status.LatestRef, d.tags, d.digests)
 	if !ok {
