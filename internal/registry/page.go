@@ -9,6 +9,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/imagereflector/reflector/internal/imagename"
 )
@@ -56,13 +57,22 @@ var (
 // decodes from a stream (it needs the next byte to end a value), five times the allocations of
 // the tags themselves; this one allocates only the tags it keeps.
 func decodePage(r io.Reader, maxEntries int, invalid *InvalidTags, each func(tag string) error) error {
-	p := &pageParser{r: bufio.NewReaderSize(&pageReader{r: r, left: maxPageBytes}, maxTokenBytes+16)}
+	p := parsers.Get().(*pageParser)
+	defer parsers.Put(p)
+	p.r.Reset(&pageReader{r: r, left: maxPageBytes})
 	err := p.page(maxEntries, invalid, each)
+	p.r.Reset(nil)
 	if err == io.EOF {
 		return io.ErrUnexpectedEOF
 	}
 	return err
 }
+
+// parsers keeps page parsers, whose buffer holds the longest token (64 KiB) between the pages
+// and scans of a process.
+var parsers = sync.Pool{New: func() any {
+	return &pageParser{r: bufio.NewReaderSize(nil, maxTokenBytes+16)}
+}}
 
 // errSyntax is wrapped by the error of a page that is not JSON.
 var errSyntax = errors.New("invalid JSON")
