@@ -23,10 +23,10 @@ import (
 //     for tags of that length, 6 MB for tags of 30. 32 MiB holds both with room, and takes a
 //     second or two to read on a fast link; the deadline bounds a slow one.
 //   - maxTokenBytes bounds one JSON token (a string, a number, a run of white space), and so
-//     json.Decoder's buffer, which holds a token whole: a tag is at most 128 characters, 768
-//     bytes when every one is written as \u escape; a repository name at most 255.
-//   - maxDepth bounds the nesting of members other than tags, which json.Decoder remembers
-//     one word per level: GCR's manifest map nests three deep.
+//     the parser's buffer, which holds a token whole: a tag is at most 128 characters, 768
+//     bytes when every one is written as a \u escape; a repository name at most 255.
+//   - maxDepth bounds the nesting of members other than tags, which the parser follows by
+//     recursion: GCR's manifest map nests three deep.
 //   - a page lists at most twice the Client's tag limit of entries, counted before the grammar
 //     and the exclusion list drop any, so that the time spent on one page is bounded too.
 //
@@ -383,7 +383,7 @@ func describeByte(c byte) string {
 	return fmt.Sprintf("byte 0x%02x", c)
 }
 
-// pageReader passes a page's bytes on to json.Decoder until left runs out, and follows them
+// pageReader passes a page's bytes on to the parser until left runs out, and follows them
 // enough to tell where a JSON token starts and ends: inside a string, and between two
 // structural characters outside one. A token longer than maxTokenBytes ends the reading.
 type pageReader struct {
