@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -109,7 +108,7 @@ func (s *Scan) listPage(ctx context.Context, u *url.URL, size int, invalid *Inva
 		switch {
 		case errors.Is(err, ErrTagLimit) && !errors.Is(err, errPageEntries):
 			return nil, err
-		case errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, new(*json.SyntaxError)):
+		case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, errSyntax):
 			return nil, fmt.Errorf("GET %s: the tag list is not valid JSON: %w", u.Redacted(), err)
 		case errors.Is(err, errNotTagList):
 			return nil, fmt.Errorf("GET %s: the answer is not a tag list: %w", u.Redacted(), err)

@@ -1,10 +1,15 @@
 package registry
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/imagereflector/reflector/internal/imagename"
 )
@@ -18,10 +23,10 @@ import (
 //     for tags of that length, 6 MB for tags of 30. 32 MiB holds both with room, and takes a
 //     second or two to read on a fast link; the deadline bounds a slow one.
 //   - maxTokenBytes bounds one JSON token (a string, a number, a run of white space), and so
-//     json.Decoder's buffer, which holds a token whole: a tag is at most 128 characters, 768
-//     bytes when every one is written as \u escape; a repository name at most 255.
-//   - maxDepth bounds the nesting of members other than tags, which json.Decoder remembers
-//     one word per level: GCR's manifest map nests three deep.
+//     the parser's buffer, which holds a token whole: a tag is at most 128 characters, 768
+//     bytes when every one is written as a \u escape; a repository name at most 255.
+//   - maxDepth bounds the nesting of members other than tags, which the parser follows by
+//     recursion: GCR's manifest map nests three deep.
 //   - a page lists at most twice the Client's tag limit of entries, counted before the grammar
 //     and the exclusion list drop any, so that the time spent on one page is bounded too.
 //
@@ -45,136 +50,340 @@ var (
 // decodePage reads one tags/list answer, {"name": ..., "tags": [...]} and any other members,
 // from r and calls each for every string of its tags array that the tag grammar allows, in
 // order; others are counted into invalid. A page that is not such an object, that lists more
-// than maxEntries entries or that passes maxPageBytes or maxTokenBytes is an error; so is any
-// error of each, which ends the reading.
+// than maxEntries entries or that passes maxPageBytes, maxTokenBytes or maxDepth is an error;
+// so is any error of each, which ends the reading.
+//
+// It is a small JSON reader of its own: json.Decoder allocates an error value per element it
+// decodes from a stream (it needs the next byte to end a value), five times the allocations of
+// the tags themselves; this one allocates only the tags it keeps.
 func decodePage(r io.Reader, maxEntries int, invalid *InvalidTags, each func(tag string) error) error {
-	dec := json.NewDecoder(&pageReader{r: r, left: maxPageBytes})
-	if err := expectDelim(dec, '{'); err != nil {
-		return err
+	p := parsers.Get().(*pageParser)
+	defer parsers.Put(p)
+	p.r.Reset(&pageReader{r: r, left: maxPageBytes})
+	err := p.page(maxEntries, invalid, each)
+	p.r.Reset(nil)
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
 	}
-	if err := members(dec, maxEntries, invalid, each); err != nil {
-		if err == io.EOF {
-			return io.ErrUnexpectedEOF // json.Decoder's Token reports a page cut short so
-		}
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		if err == nil {
-			err = fmt.Errorf("%w: more data follows the object", errNotTagList)
-		}
-		return err
-	}
-	return nil
-}
-
-// members reads the members of a tag list object and its closing brace.
-func members(dec *json.Decoder, maxEntries int, invalid *InvalidTags, each func(tag string) error) error {
-	entries := 0
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		if key != "tags" {
-			if err := skipValue(dec); err != nil {
-				return err
-			}
-			continue
-		}
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		if tok == nil {
-			continue // "tags": null, as some registries answer for a repository without tags
-		}
-		if tok != json.Delim('[') {
-			return fmt.Errorf("%w: the tags member is %s, not an array", errNotTagList, describe(tok))
-		}
-		for dec.More() {
-			if entries++; entries > maxEntries {
-				return fmt.Errorf("%w: the page lists more than %d tags (%w)", ErrTagLimit, maxEntries, errPageEntries)
-			}
-			tok, err := dec.Token()
-			if err != nil {
-				return err
-			}
-			tag, ok := tok.(string)
-			if !ok {
-				return fmt.Errorf("%w: the tags array holds %s, not a string", errNotTagList, describe(tok))
-			}
-			if !imagename.ValidTag(tag) {
-				invalid.add(tag)
-				continue
-			}
-			if err := each(tag); err != nil {
-				return err
-			}
-		}
-		if _, err := dec.Token(); err != nil { // ]
-			return err
-		}
-	}
-	_, err := dec.Token() // }
 	return err
 }
 
-// expectDelim reads the next token, which must be want.
-func expectDelim(dec *json.Decoder, want json.Delim) error {
-	tok, err := dec.Token()
+// parsers keeps page parsers, whose buffer holds the longest token (64 KiB) between the pages
+// and scans of a process.
+var parsers = sync.Pool{New: func() any {
+	return &pageParser{r: bufio.NewReaderSize(nil, maxTokenBytes+16)}
+}}
+
+// errSyntax is wrapped by the error of a page that is not JSON.
+var errSyntax = errors.New("invalid JSON")
+
+// pageParser reads the JSON of one page.
+type pageParser struct {
+	r *bufio.Reader
+	// scratch holds a string with escapes while it is read.
+	scratch []byte
+}
+
+func (p *pageParser) page(maxEntries int, invalid *InvalidTags, each func(tag string) error) error {
+	c, err := p.next()
 	if err != nil {
 		return err
 	}
-	if tok != want {
-		return fmt.Errorf("%w: it is %s, not an object", errNotTagList, describe(tok))
+	if c != '{' {
+		if strings.IndexByte(`["-0123456789tfn`, c) >= 0 {
+			return fmt.Errorf("%w: it is %s, not an object", errNotTagList, describeByte(c))
+		}
+		return p.unexpected(c, "an object")
+	}
+	entries := 0
+	for first := true; ; first = false {
+		c, err := p.next()
+		if err != nil {
+			return err
+		}
+		if c == '}' && first {
+			break
+		}
+		if c != '"' {
+			return p.unexpected(c, "a member name")
+		}
+		key, err := p.str()
+		if err != nil {
+			return err
+		}
+		// key is only valid until the next read.
+		isTags := string(key) == "tags"
+		if err := p.expect(':'); err != nil {
+			return err
+		}
+		if isTags {
+			if err := p.tags(&entries, maxEntries, invalid, each); err != nil {
+				return err
+			}
+		} else if err := p.skip(1); err != nil {
+			return err
+		}
+		if c, err = p.next(); err != nil {
+			return err
+		}
+		if c == '}' {
+			break
+		}
+		if c != ',' {
+			return p.unexpected(c, "a comma or the end of the object")
+		}
+	}
+	if c, err := p.next(); err != io.EOF {
+		if err == nil {
+			err = fmt.Errorf("%w: more data follows the object (%s)", errNotTagList, describeByte(c))
+		}
+		return err
 	}
 	return nil
 }
 
-// skipValue reads past the value that comes next, whole: a scalar, or an array or object with
-// all it holds.
-func skipValue(dec *json.Decoder) error {
-	depth := 0
-	for {
-		tok, err := dec.Token()
+// tags reads the value of the tags member: null or an array of strings.
+func (p *pageParser) tags(entries *int, maxEntries int, invalid *InvalidTags, each func(tag string) error) error {
+	c, err := p.next()
+	if err != nil {
+		return err
+	}
+	switch c {
+	case 'n':
+		// "tags": null, as some registries answer for a repository without tags.
+		return p.literal(c)
+	case '[':
+	default:
+		return fmt.Errorf("%w: the tags member is %s, not an array", errNotTagList, describeByte(c))
+	}
+	for first := true; ; first = false {
+		c, err := p.next()
 		if err != nil {
 			return err
 		}
-		switch tok {
-		case json.Delim('['), json.Delim('{'):
-			if depth++; depth > maxDepth {
-				return fmt.Errorf("%w: it nests deeper than %d levels", errNotTagList, maxDepth)
-			}
-		case json.Delim(']'), json.Delim('}'):
-			depth--
-		}
-		if depth == 0 {
+		if c == ']' && first {
 			return nil
 		}
-	}
-}
-
-// describe names the kind of a JSON token for an error message, without repeating its text.
-func describe(tok json.Token) string {
-	switch tok.(type) {
-	case json.Delim:
-		if tok == json.Delim('[') {
-			return "an array"
+		if c != '"' {
+			return fmt.Errorf("%w: the tags array holds %s, not a string", errNotTagList, describeByte(c))
 		}
-		return "an object"
-	case string:
-		return "a string"
-	case float64, json.Number:
-		return "a number"
-	case bool:
-		return "a boolean"
-	case nil:
-		return "null"
+		if *entries++; *entries > maxEntries {
+			return fmt.Errorf("%w: the page lists more than %d tags (%w)", ErrTagLimit, maxEntries, errPageEntries)
+		}
+		raw, err := p.str()
+		if err != nil {
+			return err
+		}
+		// Converting in the comparison costs no allocation.
+		switch {
+		case imagename.ValidTag(string(raw)):
+			if err := each(string(raw)); err != nil {
+				return err
+			}
+		case invalid.Count == 0:
+			invalid.add(string(raw))
+		default:
+			invalid.Count++ // only the first is kept, as an example
+		}
+		if c, err = p.next(); err != nil {
+			return err
+		}
+		if c == ']' {
+			return nil
+		}
+		if c != ',' {
+			return p.unexpected(c, "a comma or the end of the array")
+		}
 	}
-	return "a JSON value"
 }
 
-// pageReader passes a page's bytes on to json.Decoder until left runs out, and follows them
+// skip reads past the value that comes next, at nesting depth, checking its syntax.
+func (p *pageParser) skip(depth int) error {
+	if depth > maxDepth {
+		return fmt.Errorf("%w: it nests deeper than %d levels", errNotTagList, maxDepth)
+	}
+	c, err := p.next()
+	if err != nil {
+		return err
+	}
+	switch c {
+	case '"':
+		_, err := p.str()
+		return err
+	case '[', '{':
+		end := byte(']')
+		if c == '{' {
+			end = '}'
+		}
+		for first := true; ; first = false {
+			b, err := p.next()
+			if err != nil {
+				return err
+			}
+			if b == end && first {
+				return nil
+			}
+			if c == '{' {
+				if b != '"' {
+					return p.unexpected(b, "a member name")
+				}
+				if _, err := p.str(); err != nil {
+					return err
+				}
+				if err := p.expect(':'); err != nil {
+					return err
+				}
+			} else if err := p.r.UnreadByte(); err != nil {
+				return err
+			}
+			if err := p.skip(depth + 1); err != nil {
+				return err
+			}
+			if b, err = p.next(); err != nil {
+				return err
+			}
+			if b == end {
+				return nil
+			}
+			if b != ',' {
+				return p.unexpected(b, "a comma")
+			}
+		}
+	}
+	return p.literal(c)
+}
+
+// literal reads the rest of a number, true, false or null that starts with c.
+func (p *pageParser) literal(c byte) error {
+	p.scratch = append(p.scratch[:0], c)
+	for {
+		b, err := p.r.ReadByte()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if isSpace(b) || b == ',' || b == ']' || b == '}' {
+			if err := p.r.UnreadByte(); err != nil {
+				return err
+			}
+			break
+		}
+		p.scratch = append(p.scratch, b)
+	}
+	if !json.Valid(p.scratch) {
+		return fmt.Errorf("%w: %s is not a JSON value", errSyntax, describeByte(c))
+	}
+	return nil
+}
+
+// str reads a string whose opening quote was read, and returns its value, valid until the next
+// read. A string without escapes is returned from the reader's buffer as it is; one with
+// escapes is decoded by encoding/json.
+func (p *pageParser) str() ([]byte, error) {
+	s, err := p.r.ReadSlice('"')
+	if err == bufio.ErrBufferFull {
+		return nil, errTokenTooLarge
+	}
+	if err != nil {
+		return nil, err
+	}
+	s = s[:len(s)-1]
+	if bytes.IndexByte(s, '\\') < 0 {
+		for _, c := range s {
+			if c < 0x20 {
+				return nil, fmt.Errorf("%w: a control character in a string", errSyntax)
+			}
+		}
+		return s, nil
+	}
+	// An escape: read on to the quote that no backslash escapes, then let encoding/json
+	// check and decode the escapes.
+	p.scratch = append(append(p.scratch[:0], '"'), s...)
+	for escaped(p.scratch) {
+		p.scratch = append(p.scratch, '"')
+		more, err := p.r.ReadSlice('"')
+		if err == bufio.ErrBufferFull || len(p.scratch)+len(more) > maxTokenBytes {
+			return nil, errTokenTooLarge
+		}
+		if err != nil {
+			return nil, err
+		}
+		p.scratch = append(p.scratch, more[:len(more)-1]...)
+	}
+	p.scratch = append(p.scratch, '"')
+	var out string
+	if err := json.Unmarshal(p.scratch, &out); err != nil {
+		return nil, fmt.Errorf("%w: %w", errSyntax, err)
+	}
+	return []byte(out), nil
+}
+
+// escaped tells whether s ends in an odd number of backslashes, so that a quote after it is
+// part of the string.
+func escaped(s []byte) bool {
+	n := 0
+	for i := len(s) - 1; i >= 0 && s[i] == '\\'; i-- {
+		n++
+	}
+	return n%2 == 1
+}
+
+// next returns the next byte that is not white space.
+func (p *pageParser) next() (byte, error) {
+	for {
+		c, err := p.r.ReadByte()
+		if err != nil || !isSpace(c) {
+			return c, err
+		}
+	}
+}
+
+// expect reads the next byte that is not white space, which must be want.
+func (p *pageParser) expect(want byte) error {
+	c, err := p.next()
+	if err != nil {
+		return err
+	}
+	if c != want {
+		return p.unexpected(c, strconv.QuoteRune(rune(want)))
+	}
+	return nil
+}
+
+// unexpected is the error of finding c where want should be.
+func (p *pageParser) unexpected(c byte, want string) error {
+	return fmt.Errorf("%w: %s where %s should be", errSyntax, describeByte(c), want)
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r'
+}
+
+// describeByte names what a value starting with c is, for an error message, without repeating
+// the registry's text.
+func describeByte(c byte) string {
+	switch {
+	case c == '{':
+		return "an object"
+	case c == '[':
+		return "an array"
+	case c == '"':
+		return "a string"
+	case c == '-' || '0' <= c && c <= '9':
+		return "a number"
+	case c == 't' || c == 'f':
+		return "a boolean"
+	case c == 'n':
+		return "null"
+	case ' ' < c && c < 0x7f:
+		return strconv.QuoteRune(rune(c))
+	}
+	return fmt.Sprintf("byte 0x%02x", c)
+}
+
+// pageReader passes a page's bytes on to the parser until left runs out, and follows them
 // enough to tell where a JSON token starts and ends: inside a string, and between two
 // structural characters outside one. A token longer than maxTokenBytes ends the reading.
 type pageReader struct {

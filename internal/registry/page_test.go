@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"slices"
@@ -44,7 +46,17 @@ func TestDecodePage(t *testing.T) {
 		{"an array", `["v1"]`, nil, 0, "", "it is an array, not an object"},
 		{"trailing data", `{"tags":["v1"]} {}`, nil, 0, "", "more data follows the object"},
 		{"cut short", `{"tags":["v1",`, nil, 0, "", "unexpected EOF"},
-		{"not JSON", `<html>`, nil, 0, "", "invalid character"},
+		{"not JSON", `<html>`, nil, 0, "", "'<' where an object should be"},
+		{"empty object", `{}`, nil, 0, "", ""},
+		{"empty tags", ` { "tags" : [ ] } `, nil, 0, "", ""},
+		{"escaped quotes and backslashes", `{"name":"a\"b\\","tags":["v\\","v1\"x","v2"],"x":"\\\""}`, []string{"v2"}, 2, `v\`, ""},
+		{"nested members skipped", `{"x":[[],{},[1,-2.5e3,true,false,null,"s",{"a":{"b":[]}}]],"tags":["v1"],"y":{}}`, []string{"v1"}, 0, "", ""},
+		{"an invalid literal", `{"x":tru,"tags":["v1"]}`, nil, 0, "", "is not a JSON value"},
+		{"a control character in a string", "{\"tags\":[\"v\x01\"]}", nil, 0, "", "a control character"},
+		{"a bad escape", `{"tags":["v\q"]}`, nil, 0, "", "invalid JSON"},
+		{"a missing colon", `{"tags" ["v1"]}`, nil, 0, "", "where ':' should be"},
+		{"a missing comma", `{"tags":["v1" "v2"]}`, nil, 0, "", "where a comma or the end of the array should be"},
+		{"a trailing comma", `{"tags":["v1",]}`, nil, 0, "", "the tags array holds"},
 		{"too many entries", `{"tags":["a","b","c","d"]}`, nil, 0, "", "the page lists more than 3 tags"},
 	}
 	for _, tt := range tests {
@@ -150,22 +162,49 @@ func TestInvalidTagsString(t *testing.T) {
 	}
 }
 
+// FuzzDecodePage checks decodePage against encoding/json: what one reads, the other reads
+// alike, and no tag outside the grammar is kept.
 func FuzzDecodePage(f *testing.F) {
-	for _, seed := range []string{`{"name":"a","tags":["v1","v2"]}`, `{"tags":null}`, `{"tags":["\u001b","` + "\xff" + `"]}`, `{"manifest":{"a":[1,2,{"b":null}]},"tags":[]}`, `[`, `{"tags":[1]}`} {
+	for _, seed := range []string{`{"name":"a","tags":["v1","v2"]}`, `{"tags":null}`, `{"tags":["\u001b","` + "\xff" + `"]}`,
+		`{"manifest":{"a":[1,2,{"b":null}]},"tags":[]}`, `[`, `{"tags":[1]}`, `{"tags":["a\"b","c\\"]}`, ` {} `} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, page []byte) {
-		tags, invalid, err := decodeAll(strings.NewReader(string(page)), 1000)
-		if err != nil {
-			return
+		tags, invalid, err := decodeAll(bytes.NewReader(page), 1000)
+		var std struct {
+			Tags []string `json:"tags"`
 		}
-		for _, tag := range tags {
-			if !imagename.ValidTag(tag) {
-				t.Fatalf("kept %q from %q", tag, page)
+		stdErr := json.Unmarshal(page, &std)
+		comparable := bytes.Count(page, []byte(`"tags"`)) <= 1 && bytes.Count(page, []byte(`tags`)) <= 1 &&
+			bytes.Count(page, []byte("["))+bytes.Count(page, []byte("{")) <= maxDepth && len(std.Tags) <= 1000
+		if err == nil {
+			if stdErr != nil {
+				t.Fatalf("decodePage read %q, which encoding/json refuses: %v", page, stdErr)
+			}
+			for _, tag := range tags {
+				if !imagename.ValidTag(tag) {
+					t.Fatalf("kept %q from %q", tag, page)
+				}
+			}
+			if len(invalid.Example) > maxExample {
+				t.Fatalf("example of %d bytes", len(invalid.Example))
 			}
 		}
-		if invalid.Count > 0 && len(invalid.Example) > maxExample {
-			t.Fatalf("example of %d bytes", len(invalid.Example))
+		trimmed := bytes.TrimLeft(page, " \t\r\n")
+		if stdErr != nil || !comparable || len(trimmed) == 0 || trimmed[0] != '{' {
+			return
+		}
+		if err != nil {
+			t.Fatalf("decodePage refuses %q, which encoding/json reads: %v", page, err)
+		}
+		var want []string
+		for _, tag := range std.Tags {
+			if imagename.ValidTag(tag) {
+				want = append(want, tag)
+			}
+		}
+		if !slices.Equal(tags, want) {
+			t.Fatalf("decodePage kept %q of %q, encoding/json's valid tags are %q", tags, page, want)
 		}
 	})
 }
