@@ -177,12 +177,14 @@ func TestDamagedStoreHealsIntegration(t *testing.T) {
 				t.Fatal("the reader set the damaged store aside")
 			}
 
+			back := time.Now()
 			for _, c := range []string{stack.Scan, stack.Cron} {
 				if err := s.Restart(ctx, c); err != nil {
 					t.Fatal(err)
 				}
 			}
 			waitReady(t, s, v1.ImagePolicyKind, "stable", "True", v1.SucceededReason)
+			t.Logf("policy Ready again %s after the writers were started", time.Since(back).Round(10*time.Millisecond))
 			waitReady(t, s, v1.ImageRepositoryKind, "app", "True", v1.SucceededReason)
 			if _, err := os.Stat(filepath.Join(s.StoreDir(), "reflector.damaged", "REASON")); err != nil {
 				t.Errorf("no aside copy with its reason: %v", err)
@@ -294,7 +296,9 @@ func TestFullStoreIntegration(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
+	room := time.Now()
 	waitLatest(t, s, "stable", "1.1.0")
+	t.Logf("latestRef 1.1.0 %s after room returned", time.Since(room).Round(10*time.Millisecond))
 	waitReady(t, s, v1.ImageRepositoryKind, "app", "True", v1.SucceededReason)
 
 	close(probeDone)
@@ -315,6 +319,7 @@ func TestFullStoreIntegration(t *testing.T) {
 	if full == 0 {
 		t.Error("reflector_store_full_total counted no refused write")
 	}
+	t.Logf("%v writes or writer opens refused while the volume was full", full)
 }
 
 // fillVolume writes zeros to path until its volume is full, then gives back leave bytes.
