@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -336,5 +339,95 @@ func TestCronIntegrationStoreCleanup(t *testing.T) {
 	got := slices.DeleteFunc(scan.names(ns), func(n string) bool { return n == "failing: "+reconcile.DueRetry })
 	if want := []string{"migrated: " + reconcile.DueNotStored}; !slices.Equal(got, want) {
 		t.Errorf("scan requests %v, want %v", got, want)
+	}
+}
+
+// TestCronIntegrationStoreFaults: objects that the tag store failed (full, damaged) are sent again
+// at the first pass whose own store call succeeds, and the repository of a policy that read
+// damaged tags is scanned, since only a scan replaces them; a pass whose store call fails sends
+// neither, and a failure of another kind keeps the retry period.
+func TestCronIntegrationStoreFaults(t *testing.T) {
+	env := testenv.Kube(t)
+	c := env.Client(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	st := store.New(t.TempDir())
+	defer st.Close()
+	fail := func(name, reason string) {
+		t.Helper()
+		if _, err := c.Repositories.UpdateStatus(ctx, ns, name, func(r *v1.ImageRepository) error {
+			r.Status.Conditions[0].Status, r.Status.Conditions[0].Reason = metav1.ConditionFalse, reason
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"full", "read-damaged", "failing"} {
+		r, err := c.Repositories.Create(ctx, newRepo(ns, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		markScanned(t, c, ns, name, time.Now())
+		id, err := reconcile.RepositoryIdentity(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := st.Put(ctx, reconcile.StoreKey(ns, name), id, []string{"1.0.0"}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fail("full", v1.TagStoreFullReason)
+	fail("failing", v1.AuthenticationFailedReason)
+	if _, err := c.Policies.Create(ctx, &v1.ImagePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reader"},
+		Spec:       v1.ImagePolicySpec{ImageRepositoryRef: refTo("read-damaged"), Policy: semver("*")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Policies.UpdateStatus(ctx, ns, "reader", func(p *v1.ImagePolicy) error {
+		p.Status.ObservedGeneration = p.Generation
+		p.Status.Conditions = []metav1.Condition{{Type: v1.ReadyCondition, Status: metav1.ConditionFalse,
+			Reason: v1.TagStoreDamagedReason, Message: "tag store is unreadable", LastTransitionTime: metav1.Now()}}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A store that cannot be opened: a file stands where its directory should be.
+	blocked := filepath.Join(t.TempDir(), "store")
+	if err := os.WriteFile(blocked, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broken := store.New(blocked)
+	defer broken.Close()
+	retries := func(n string) bool { return strings.HasSuffix(n, ": "+reconcile.DueRetry) }
+	for _, tc := range []struct {
+		store        *store.Store
+		scan, policy []string
+	}{
+		{broken, nil, nil},
+		{st, []string{"full: " + reconcile.DueStoreBack, "read-damaged: " + reconcile.DueStoreDamaged}, []string{"reader: " + reconcile.DueStoreBack}},
+	} {
+		scan, policy := newSink(t), newSink(t)
+		pass := &reconcile.Pass{Kube: c, Scan: scan.sender(t), Policy: policy.sender(t), Store: tc.store, Period: time.Minute}
+		if _, err := pass.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Failed objects are also retried once per retry period, which a pass may or may not
+		// cross; a store fault's retry that comes first stands for the store's rule.
+		storeBack := func(names []string) []string {
+			for i, n := range names {
+				if tc.store == st && (n == "full: "+reconcile.DueRetry || n == "reader: "+reconcile.DueRetry) {
+					names[i] = strings.TrimSuffix(n, reconcile.DueRetry) + reconcile.DueStoreBack
+				}
+			}
+			return slices.DeleteFunc(names, retries)
+		}
+		if got := storeBack(scan.names(ns)); !slices.Equal(got, tc.scan) {
+			t.Errorf("scan requests %v, want %v", got, tc.scan)
+		}
+		if got := storeBack(policy.names(ns)); !slices.Equal(got, tc.policy) {
+			t.Errorf("policy requests %v, want %v", got, tc.policy)
+		}
 	}
 }

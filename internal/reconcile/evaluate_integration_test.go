@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -411,6 +413,87 @@ func TestEvaluateIntegrationStoreEntryLostKeepsLatestRef(t *testing.T) {
 		t.Errorf("after the store came back: %+v", out)
 	}
 	checkReady(t, f.get(t, f.ns, "app"), metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false)
+}
+
+// TestEvaluateIntegrationDamagedStoreKeepsLatestRef: a damaged store, read before a writer set
+// it aside and after, never changes a policy's latestRef. The policy says TagStoreDamaged, first
+// that the store is unreadable, then that its tags were lost, and resolves to the same latestRef,
+// without a new announcement, once its tags are stored again.
+func TestEvaluateIntegrationDamagedStoreKeepsLatestRef(t *testing.T) {
+	f := newEvalFixture(t)
+	ctx := context.Background()
+	f.repo(t, f.ns, "app", "ghcr.io/org/app")
+	if _, err := f.kube.Repositories.UpdateStatus(ctx, f.ns, "app", func(r *v1.ImageRepository) error {
+		r.Status.LastScanResult = &v1.ScanResult{TagCount: 2, ScanTime: metav1.Now()}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*")})
+	f.evaluate(t, f.ns, "app")
+	want := &v1.ImageRef{Name: "ghcr.io/org/app", Tag: "1.1.0"}
+	for _, s := range []*store.Store{f.writer, f.reader} {
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(f.dir, badger.ManifestFilename), []byte("not a manifest"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	reader := store.New(f.dir, store.ReadOnly())
+	defer reader.Close()
+	ev := f.evaluator(t)
+	ev.Store = reader
+	out, err := ev.Evaluate(ctx, f.ns, "app")
+	if !errors.Is(err, store.ErrCorrupt) || out.Reason != v1.TagStoreDamagedReason {
+		t.Errorf("on the damaged store: %+v, %v; want TagStoreDamaged and ErrCorrupt", out, err)
+	}
+	p := f.get(t, f.ns, "app")
+	checkReady(t, p, metav1.ConditionFalse, v1.TagStoreDamagedReason, "tag store is unreadable", false)
+	if !sameRef(p.Status.LatestRef, want) {
+		t.Errorf("on the damaged store: latestRef %s, want 1.1.0 kept", refString(p.Status.LatestRef))
+	}
+
+	writer := store.New(f.dir, store.WithLinger(0))
+	defer writer.Close()
+	if _, err := writer.Keys(ctx); err != nil {
+		t.Fatalf("the writer did not rebuild the store: %v", err)
+	}
+	if out := f.evaluateWith(t, ev); out.Reason != v1.TagStoreDamagedReason {
+		t.Errorf("on the rebuilt store: %+v, want TagStoreDamaged", out)
+	}
+	p = f.get(t, f.ns, "app")
+	checkReady(t, p, metav1.ConditionFalse, v1.TagStoreDamagedReason, "lost when the tag store was found damaged", false)
+	if !sameRef(p.Status.LatestRef, want) {
+		t.Errorf("on the rebuilt store: latestRef %s, want 1.1.0 kept", refString(p.Status.LatestRef))
+	}
+
+	key := reconcile.StoreKey(f.ns, "app")
+	if _, _, err := writer.Put(ctx, key, f.ids[key], []string{"1.0.0", "1.1.0"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if out := f.evaluateWith(t, ev); out.Result != reconcile.PolicySucceeded || out.Changed {
+		t.Errorf("once the tags are back: %+v, want the same latestRef", out)
+	}
+	checkReady(t, f.get(t, f.ns, "app"), metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false)
+	if got := f.sink.about(f.ns, "app"); len(got) != 1 {
+		t.Errorf("%d LatestChanged events, want only the first resolution", len(got))
+	}
+}
+
+// evaluateWith evaluates the policy ns/app with ev, after a reconcile request so that it is due.
+func (f *evalFixture) evaluateWith(t *testing.T, ev *reconcile.Evaluator) reconcile.PolicyOutcome {
+	t.Helper()
+	if _, err := f.kube.Policies.RequestReconcile(context.Background(), f.ns, "app", testenv.RequestToken(time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	out, err := ev.Evaluate(context.Background(), f.ns, "app")
+	if err != nil {
+		t.Fatalf("Evaluate: %v", err)
+	}
+	return out
 }
 
 // holdStore opens the Badger directory read-write, as the scan function does while it writes,

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -206,6 +208,50 @@ func TestScanIntegrationFailuresKeepWhatWasStored(t *testing.T) {
 	st = f.get(t, "app").Status
 	if !apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition) || apimeta.FindStatusCondition(st.Conditions, v1.ReconcilingCondition) != nil {
 		t.Errorf("conditions after recovery: %+v", st.Conditions)
+	}
+}
+
+// TestScanIntegrationStoreFailureIsReadyFalse: a scan whose tags could not be stored never says
+// it succeeded. Its status is Ready=False with the store's reason, lastScanResult stays, and the
+// error is returned so that the request is delivered again; once the store works, a scan succeeds.
+func TestScanIntegrationStoreFailureIsReadyFalse(t *testing.T) {
+	f := newScanFixture(t)
+	ctx := context.Background()
+	f.reg.Push(t, "app", "1.0.0")
+	f.createRepo(t, "app")
+	if _, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil {
+		t.Fatal(err)
+	}
+	good := f.get(t, "app").Status.LastScanResult
+
+	// A store directory that cannot be created: a file stands where it should be.
+	blocked := filepath.Join(t.TempDir(), "store")
+	if err := os.WriteFile(blocked, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broken := store.New(blocked)
+	defer broken.Close()
+	scanner := &reconcile.Scanner{Kube: f.kube, Registry: registry.New(registry.WithRateLimit(0, 0)), Store: broken, Sink: f.sink.sender(t)}
+	f.reg.Push(t, "app", "1.1.0")
+	out, err := scanner.Scan(ctx, f.ns, "app", nil)
+	if err == nil || out.Failure != v1.ReadOperationFailedReason {
+		t.Fatalf("scan into a broken store: %+v, %v; want ReadOperationFailed and an error", out, err)
+	}
+	st := f.get(t, "app").Status
+	ready := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition)
+	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != v1.ReadOperationFailedReason ||
+		!strings.Contains(ready.Message, "storing the tags") {
+		t.Errorf("Ready after a scan whose tags were not stored = %+v", ready)
+	}
+	if st.LastScanResult == nil || st.LastScanResult.Revision != good.Revision {
+		t.Errorf("a scan whose tags were not stored changed lastScanResult to %+v", st.LastScanResult)
+	}
+
+	if _, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.get(t, "app").Status; !apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition) || st.LastScanResult.TagCount != 2 {
+		t.Errorf("after the store works again: %+v", st)
 	}
 }
 

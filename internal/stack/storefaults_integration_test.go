@@ -132,9 +132,23 @@ func countLines(t *testing.T, s *stack.Stack, c, text string) int {
 // latestRef kept) and moves nothing. Then the scan function and the cron reconciler come back:
 // the first writer sets the directory aside and starts an empty store, the cron reconciler has
 // the repository listed again, and the policy is Ready with the same latestRef, then follows a
-// push, without anyone's help. The damage is logged once and counted.
+// push, without anyone's help. Each damage is logged once and counted. One stack takes the
+// damages in turn: MANIFEST, a value-log file, a table.
 func TestDamagedStoreHealsIntegration(t *testing.T) {
-	for _, d := range []struct {
+	ctx := context.Background()
+	s := start(t, stack.Options{CronEvery: 2 * time.Second})
+	image := s.Registry + "/damage/app"
+	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(observedManifests, image))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stack.Push(image + ":1.0.0"); err != nil {
+		t.Fatal(err)
+	}
+	waitLatest(t, s, "stable", "1.0.0")
+	stop := latestGuard(t, s, "stable", "1.0.0", "1.1.0", "1.2.0", "1.3.0")
+	defer stop()
+
+	for i, d := range []struct {
 		name, suffix string
 		where        func(int) int
 	}{
@@ -142,72 +156,60 @@ func TestDamagedStoreHealsIntegration(t *testing.T) {
 		{"value log", ".vlog", func(int) int { return 0 }},
 		{"table", ".sst", func(n int) int { return n - 200 }},
 	} {
-		t.Run(d.name, func(t *testing.T) {
-			ctx := context.Background()
-			s := start(t, stack.Options{CronEvery: 2 * time.Second})
-			image := s.Registry + "/damage/app"
-			if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(observedManifests, image))); err != nil {
+		for _, c := range []string{stack.Cron, stack.Scan, stack.Policy} {
+			if err := s.Kill(c, syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := stack.Push(image + ":1.0.0"); err != nil {
-				t.Fatal(err)
-			}
-			waitLatest(t, s, "stable", "1.0.0")
-			stop := latestGuard(t, s, "stable", "1.0.0", "1.1.0")
-			defer stop()
+		}
+		damageFile(t, s.StoreDir(), d.suffix, d.where)
 
-			for _, c := range []string{stack.Cron, stack.Scan, stack.Policy} {
-				if err := s.Kill(c, syscall.SIGTERM); err != nil {
-					t.Fatal(err)
-				}
-			}
-			damageFile(t, s.StoreDir(), d.suffix, d.where)
+		if err := s.Restart(ctx, stack.Policy); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Kube.Policies.RequestReconcile(ctx, "default", "stable", time.Now().Format(time.RFC3339Nano)); err != nil {
+			t.Fatal(err)
+		}
+		msg := waitReady(t, s, v1.ImagePolicyKind, "stable", "False", v1.TagStoreDamagedReason)
+		if !strings.Contains(msg, "tag store is unreadable") {
+			t.Errorf("%s: policy message %q does not say the store is unreadable", d.name, msg)
+		}
+		reason := filepath.Join(s.StoreDir(), "reflector.damaged", "REASON")
+		before, _ := os.ReadFile(reason)
 
-			if err := s.Restart(ctx, stack.Policy); err != nil {
+		back := time.Now()
+		for _, c := range []string{stack.Scan, stack.Cron} {
+			if err := s.Restart(ctx, c); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Kube.Policies.RequestReconcile(ctx, "default", "stable", time.Now().Format(time.RFC3339Nano)); err != nil {
-				t.Fatal(err)
-			}
-			msg := waitReady(t, s, v1.ImagePolicyKind, "stable", "False", v1.TagStoreDamagedReason)
-			if !strings.Contains(msg, "tag store is unreadable") {
-				t.Errorf("policy message %q does not say the store is unreadable", msg)
-			}
-			if _, err := os.Stat(filepath.Join(s.StoreDir(), "reflector.damaged")); err == nil {
-				t.Fatal("the reader set the damaged store aside")
-			}
+		}
+		waitReady(t, s, v1.ImagePolicyKind, "stable", "True", v1.SucceededReason)
+		t.Logf("%s: policy Ready again %s after the writers were started", d.name, time.Since(back).Round(10*time.Millisecond))
+		waitReady(t, s, v1.ImageRepositoryKind, "app", "True", v1.SucceededReason)
+		if after, err := os.ReadFile(reason); err != nil || string(after) == string(before) {
+			t.Errorf("%s: the aside copy's REASON is %q (%v), before the writers came %q; want a new one", d.name, after, err, before)
+		}
+		tag := fmt.Sprintf("1.%d.0", i+1)
+		if _, err := stack.Push(image + ":" + tag); err != nil {
+			t.Fatal(err)
+		}
+		waitLatest(t, s, "stable", tag)
 
-			for _, c := range []string{stack.Scan, stack.Cron} {
-				if err := s.Restart(ctx, c); err != nil {
-					t.Fatal(err)
-				}
-			}
-			waitReady(t, s, v1.ImagePolicyKind, "stable", "True", v1.SucceededReason)
-			waitReady(t, s, v1.ImageRepositoryKind, "app", "True", v1.SucceededReason)
-			if _, err := os.Stat(filepath.Join(s.StoreDir(), "reflector.damaged", "REASON")); err != nil {
-				t.Errorf("no aside copy with its reason: %v", err)
-			}
-			if _, err := stack.Push(image + ":1.1.0"); err != nil {
-				t.Fatal(err)
-			}
-			waitLatest(t, s, "stable", "1.1.0")
-
-			rebuilt := 0.0
-			for _, c := range []string{stack.Scan, stack.Cron} {
-				v, _ := testenv.Scrape(t, s.Metrics[c]).Value("reflector_store_damage_total", map[string]string{"action": "rebuilt"})
-				rebuilt += v
-			}
-			if rebuilt != 1 {
-				t.Errorf("reflector_store_damage_total{action=rebuilt} = %v over the writers, want 1", rebuilt)
-			}
-			lines := 0
-			for _, c := range []string{stack.Scan, stack.Cron, stack.Policy} {
-				lines += countLines(t, s, c, "the tag store was damaged")
-			}
-			if lines != 1 {
-				t.Errorf("%d log lines say the store was damaged and rebuilt, want 1", lines)
-			}
-		})
+		// The writers were started after the damage, so their counters count only its rebuild.
+		rebuilt := 0.0
+		for _, c := range []string{stack.Scan, stack.Cron} {
+			v, _ := testenv.Scrape(t, s.Metrics[c]).Value("reflector_store_damage_total", map[string]string{"action": "rebuilt"})
+			rebuilt += v
+		}
+		if rebuilt != 1 {
+			t.Errorf("%s: reflector_store_damage_total{action=rebuilt} = %v over the writers, want 1", d.name, rebuilt)
+		}
+		lines := 0
+		for _, c := range []string{stack.Scan, stack.Cron, stack.Policy} {
+			lines += countLines(t, s, c, "the tag store was damaged")
+		}
+		if lines != i+1 {
+			t.Errorf("after %s: %d log lines say the store was damaged and rebuilt, want %d, one per damage", d.name, lines, i+1)
+		}
 	}
 }
 
@@ -294,7 +296,9 @@ func TestFullStoreIntegration(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
+	room := time.Now()
 	waitLatest(t, s, "stable", "1.1.0")
+	t.Logf("latestRef 1.1.0 %s after room returned", time.Since(room).Round(10*time.Millisecond))
 	waitReady(t, s, v1.ImageRepositoryKind, "app", "True", v1.SucceededReason)
 
 	close(probeDone)
@@ -315,6 +319,7 @@ func TestFullStoreIntegration(t *testing.T) {
 	if full == 0 {
 		t.Error("reflector_store_full_total counted no refused write")
 	}
+	t.Logf("%v writes or writer opens refused while the volume was full", full)
 }
 
 // fillVolume writes zeros to path until its volume is full, then gives back leave bytes.

@@ -154,7 +154,7 @@ func (s *Store) setAside(why string) (string, error) {
 			return "", err
 		}
 	}
-	reason := fmt.Sprintf("set aside at %s\n%s\n", time.Now().UTC().Format(time.RFC3339), why)
+	reason := fmt.Sprintf("set aside at %s\n%s\n", time.Now().UTC().Format(time.RFC3339Nano), why)
 	if err := os.WriteFile(filepath.Join(tmp, asideReason), []byte(reason), 0o644); err != nil {
 		return "", err
 	}
