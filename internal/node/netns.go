@@ -33,6 +33,8 @@ type Namespaces struct {
 	// net and mnt are the holder's namespace files; netFile is net, open for setns(2).
 	net, mnt string
 	netFile  *os.File
+	// hostNet is this process's own network namespace, open for setns(2).
+	hostNet *os.File
 	// mntID is what /proc/<pid>/ns/mnt links to for a process in the mount namespace.
 	mntID string
 }
@@ -82,6 +84,9 @@ func NewNamespaces(ctx context.Context) (*Namespaces, error) {
 	if err == nil {
 		n.netFile, err = os.Open(n.net)
 	}
+	if err == nil {
+		n.hostNet, err = os.Open("/proc/self/ns/net")
+	}
 	if err != nil {
 		n.kill()
 		return nil, fmt.Errorf("making the node's namespaces: %w", err)
@@ -110,9 +115,11 @@ func (n *Namespaces) Output(argv ...string) (string, error) {
 	return string(out), nil
 }
 
-// inNet calls f on a thread of its own that has entered the network namespace. A socket that f
-// makes belongs to that namespace for its whole life, whichever thread uses it later. The
-// thread is never handed back to the scheduler: it ends with the goroutine.
+// inNet calls f on a thread that has entered the network namespace. A socket that f makes
+// belongs to that namespace for its whole life, whichever thread uses it later. The thread then
+// goes back to the host's namespace before other goroutines may run on it; were it to end
+// instead (a locked goroutine's thread ends with it), the programs that it had started would get
+// their parent-death signal (Pdeathsig is bound to the thread that forked).
 func (n *Namespaces) inNet(f func() error) error {
 	done := make(chan error, 1)
 	go func() {
@@ -121,7 +128,11 @@ func (n *Namespaces) inNet(f func() error) error {
 			done <- fmt.Errorf("entering the node's network namespace: %w", err)
 			return
 		}
-		done <- f()
+		err := f()
+		if rerr := unix.Setns(int(n.hostNet.Fd()), unix.CLONE_NEWNET); rerr == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- err
 	}()
 	return <-done
 }
@@ -195,8 +206,10 @@ func (n *Namespaces) Close() error {
 		return nil
 	})
 	n.kill()
-	if n.netFile != nil {
-		n.netFile.Close()
+	for _, f := range []*os.File{n.netFile, n.hostNet} {
+		if f != nil {
+			f.Close()
+		}
 	}
 	return err
 }

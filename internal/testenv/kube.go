@@ -114,9 +114,11 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	if opts.Dial != nil {
 		env.probe = &http.Client{Timeout: probe.Timeout, Transport: &http.Transport{DialContext: opts.Dial}}
 	}
+	// The error returns set env to nil: stop what was started through a copy.
+	started := env
 	defer func() {
 		if err != nil {
-			env.Stop()
+			started.Stop()
 		}
 	}()
 	var ips []net.IP
