@@ -45,7 +45,9 @@ const (
 	NodeIP = "10.201.0.1"
 	// PodCIDR is the range of the pods' addresses, on the bridge cni0.
 	PodCIDR = "10.244.0.0/24"
-	// DNSIP is CoreDNS's ClusterIP, in the apiserver's service range (testenv's 10.0.0.0/24).
+	// ServiceCIDR is the apiserver's Service range (testenv's).
+	ServiceCIDR = "10.0.0.0/24"
+	// DNSIP is CoreDNS's ClusterIP.
 	DNSIP = "10.0.0.10"
 	// NodeName is the node's name.
 	NodeName = "node"
@@ -173,6 +175,11 @@ func (c *Cluster) setUpNamespaces() error {
 		return err
 	}
 	if err := c.NS.Run("ip", "addr", "add", NodeIP+"/32", "dev", "lo"); err != nil {
+		return err
+	}
+	// The namespace has no default route: without a route to the Service range, a connection
+	// from the node to a ClusterIP fails before kube-proxy's DNAT rules could send it to a pod.
+	if err := c.NS.Run("ip", "route", "add", ServiceCIDR, "dev", "lo", "src", NodeIP); err != nil {
 		return err
 	}
 	// /var/lib/cni: the CNI plugins' cache and host-local's addresses; /run/netns: the pods'

@@ -203,7 +203,8 @@ func (e *Env) startAPIServer(ctx context.Context, bin string, port int, etcdURL,
 	// namespace's default ServiceAccount).
 	mode := []string{"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount"}
 	if address != "" {
-		mode = []string{"--advertise-address=" + address}
+		// The kubelet's address, not its node name, which no DNS resolves.
+		mode = []string{"--advertise-address=" + address, "--kubelet-preferred-address-types=InternalIP"}
 	} else {
 		address = "127.0.0.1"
 	}
