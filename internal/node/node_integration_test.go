@@ -125,3 +125,68 @@ func TestNodeIntegration(t *testing.T) {
 		t.Errorf("Stop left cgroups: %v %v", left, err)
 	}
 }
+
+// TestNodeStartFailureIntegration makes Start fail midway, with a kube-scheduler that exits at
+// once, and checks that it says why and leaves no process, cgroup or directory behind.
+func TestNodeStartFailureIntegration(t *testing.T) {
+	if os.Getenv("REFLECTOR_CLUSTER_TEST") == "" {
+		t.Skip("starts a single-node cluster in a network namespace, as root: make cluster-test (REFLECTOR_CLUSTER_TEST=1)")
+	}
+	real := testenv.BinDir()
+	bin := t.TempDir()
+	for _, name := range []string{"etcd", "kube-apiserver", "coredns", "pause"} {
+		if err := os.Symlink(filepath.Join(real, name), filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(bin, "kube-node"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"kubelet", "kube-proxy", "kube-controller-manager", "kubectl"} {
+		if err := os.Symlink(filepath.Join(real, "kube-node", name), filepath.Join(bin, "kube-node", name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/bin/false", filepath.Join(bin, "kube-node", "kube-scheduler")); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "node")
+	before, _ := filepath.Glob("/sys/fs/cgroup/*/reflector-node-*")
+	_, err := node.Start(context.Background(), node.Options{Dir: dir, BinDir: bin})
+	if err == nil || !strings.Contains(err.Error(), "kube-scheduler exited") {
+		t.Fatalf("Start with a kube-scheduler that exits: %v, want an error that says so", err)
+	}
+	if children := childProcesses(t); len(children) > 0 {
+		t.Errorf("processes left after a failed Start: %v", children)
+	}
+	if after, _ := filepath.Glob("/sys/fs/cgroup/*/reflector-node-*"); len(after) > len(before) {
+		t.Errorf("cgroups left after a failed Start: %v", after)
+	}
+}
+
+// childProcesses returns the commands of this process's children.
+func childProcesses(t *testing.T) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) && f[0] != "Z" {
+			out = append(out, e.Name()+" "+s[strings.IndexByte(s, '(')+1:i])
+		}
+	}
+	return out
+}
