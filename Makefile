@@ -9,7 +9,7 @@ BENCH ?= .
 BENCHOUT ?= bench.out
 TESTFLAGS ?=
 
-.PHONY: all generate check-generated build test unit images-test faults-test fuzz bench lint deps testenv knative-env flux-cli run clean
+.PHONY: all generate check-generated build test unit images-test faults-test fuzz bench lint deps testenv knative-env flux-cli cluster-env cluster-test run clean
 
 all: build
 
@@ -51,6 +51,17 @@ knative-env:
 ## flux-cli: build the flux CLI into the cache once (hack/flux.sh).
 flux-cli:
 	./hack/flux.sh
+
+## cluster-env: build what a single-node cluster needs beyond testenv into the cache once
+## (hack/cluster.sh): kubelet, kube-proxy, kube-scheduler, kube-controller-manager, kubectl,
+## CoreDNS, Traefik and pause, and install containerd, runc, the CNI plugins and iptables.
+cluster-env:
+	./hack/cluster.sh
+
+## cluster-test: start a single-node cluster (internal/node) inside a network namespace that the
+## test makes and removes, as root, and run pods on it. Not part of `make test`.
+cluster-test: testenv cluster-env
+	REFLECTOR_CLUSTER_TEST=1 $(GO) test -count=1 -timeout 30m -v -run '^TestNode' ./internal/node/
 
 ## test: everything CI checks: generated files, lint, unit and integration tests, the image
 ## build, short fuzzing.

@@ -25,8 +25,9 @@ type pki struct {
 }
 
 // ensurePKI writes the certificate material into dir, or reuses what an earlier run left there,
-// so that a kubeconfig written by a previous run stays valid.
-func ensurePKI(dir string) (*pki, error) {
+// so that a kubeconfig written by a previous run stays valid. The serving certificate is valid
+// for ips too.
+func ensurePKI(dir string, ips ...net.IP) (*pki, error) {
 	p := &pki{
 		caCert: filepath.Join(dir, "ca.crt"), caKey: filepath.Join(dir, "ca.key"),
 		servingCert: filepath.Join(dir, "apiserver.crt"), servingKey: filepath.Join(dir, "apiserver.key"),
@@ -89,7 +90,7 @@ func ensurePKI(dir string) (*pki, error) {
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
+		IPAddresses: append([]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")}, ips...),
 	}, p.servingCert, p.servingKey); err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -42,6 +43,9 @@ type Env struct {
 
 	clientset kubernetes.Interface
 	dynamic   dynamic.Interface
+	pki       *pki
+	wrap      func(argv []string) []string
+	probe     *http.Client
 	procs     []*process
 	// programs run against the apiserver (Knative's); Stop stops them together, first.
 	programs  []*process
@@ -58,6 +62,17 @@ type Options struct {
 	BinDir string
 	// APIServerPort and EtcdPort fix the ports; zero picks free ones.
 	APIServerPort, EtcdPort int
+	// Wrap, when set, changes each program's command line (the binary first) before it starts:
+	// internal/node runs the programs inside the network namespace of a node this way.
+	Wrap func(argv []string) []string
+	// Dial, when set, is how this process connects to the programs: its clients' and probes'
+	// dialer.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Address, when set, is the address that kube-apiserver binds and advertises instead of
+	// 127.0.0.1, and is in its serving certificate. The apiserver then runs as a cluster's does:
+	// with the ServiceAccount admission plugin, and with the endpoint reconciler that points the
+	// kubernetes Service at it. etcd stays on 127.0.0.1.
+	Address string
 }
 
 // BinDir returns where `make testenv` (hack/testenv.sh) leaves the etcd and kube-apiserver
@@ -95,21 +110,35 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 			return nil, err
 		}
 	}
-	env = &Env{Dir: dir, temporary: temporary}
+	env = &Env{Dir: dir, temporary: temporary, wrap: opts.Wrap, probe: probe}
+	if opts.Dial != nil {
+		env.probe = &http.Client{Timeout: probe.Timeout, Transport: &http.Transport{DialContext: opts.Dial}}
+	}
+	// The error returns set env to nil: stop what was started through a copy.
+	started := env
 	defer func() {
 		if err != nil {
-			env.Stop()
+			started.Stop()
 		}
 	}()
-	p, err := ensurePKI(filepath.Join(dir, "pki"))
+	var ips []net.IP
+	if opts.Address != "" {
+		ip := net.ParseIP(opts.Address)
+		if ip == nil {
+			return nil, fmt.Errorf("address %q is not an IP address", opts.Address)
+		}
+		ips = append(ips, ip)
+	}
+	p, err := ensurePKI(filepath.Join(dir, "pki"), ips...)
 	if err != nil {
 		return nil, fmt.Errorf("writing certificates: %w", err)
 	}
+	env.pki = p
 	etcdURL, err := env.startEtcd(ctx, etcdBin, opts.EtcdPort)
 	if err != nil {
 		return nil, err
 	}
-	if err := env.startAPIServer(ctx, apiBin, opts.APIServerPort, etcdURL, p); err != nil {
+	if err := env.startAPIServer(ctx, apiBin, opts.APIServerPort, etcdURL, opts.Address, opts.Dial, p); err != nil {
 		return nil, err
 	}
 	if env.Kubeconfig, err = env.writeKubeconfig(p); err != nil {
@@ -152,7 +181,7 @@ func (e *Env) startEtcd(ctx context.Context, bin string, port int) (string, erro
 			return err
 		}
 		return e.waitStarted(ctx, proc, 30*time.Second, port != 0, func() error {
-			resp, err := probe.Get(url + "/health")
+			resp, err := e.probe.Get(url + "/health")
 			if err != nil {
 				return err
 			}
@@ -165,22 +194,32 @@ func (e *Env) startEtcd(ctx context.Context, bin string, port int) (string, erro
 	})
 }
 
-// startAPIServer starts kube-apiserver on port (zero: one PortForProcess picks, again if it was
-// taken) against etcdURL, sets e's URL, clients and configuration, and waits until it is ready.
-func (e *Env) startAPIServer(ctx context.Context, bin string, port int, etcdURL string, p *pki) error {
+// startAPIServer starts kube-apiserver on address (empty: 127.0.0.1) and port (zero: one
+// PortForProcess picks, again if it was taken) against etcdURL, sets e's URL, clients and
+// configuration (dialing with dial when not nil), and waits until it is ready.
+func (e *Env) startAPIServer(ctx context.Context, bin string, port int, etcdURL, address string, dial func(context.Context, string, string) (net.Conn, error), p *pki) error {
+	// 1.37 refuses a loopback advertise address unless no endpoint reconciler runs; a test
+	// apiserver without pods needs no ServiceAccount admission (it would wait for each
+	// namespace's default ServiceAccount).
+	mode := []string{"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount"}
+	if address != "" {
+		// The kubelet's address, not its node name, which no DNS resolves.
+		mode = []string{"--advertise-address=" + address, "--kubelet-preferred-address-types=InternalIP"}
+	} else {
+		address = "127.0.0.1"
+	}
 	return RetryPorts(func() error {
 		apiPort, err := portOr(port)
 		if err != nil {
 			return err
 		}
-		e.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
-		proc, err := e.startProcess("kube-apiserver", bin, nil,
-			"--etcd-servers="+etcdURL,
-			"--bind-address=127.0.0.1",
-			"--secure-port="+strconv.Itoa(apiPort),
-			// 1.37 refuses a loopback advertise address unless no endpoint reconciler runs.
-			"--advertise-address=127.0.0.1",
-			"--endpoint-reconciler-type=none",
+		e.APIServerURL = "https://" + net.JoinHostPort(address, strconv.Itoa(apiPort))
+		args := append([]string{
+			"--etcd-servers=" + etcdURL,
+			"--bind-address=" + address,
+			"--secure-port=" + strconv.Itoa(apiPort),
+		}, mode...)
+		proc, err := e.startProcess("kube-apiserver", bin, nil, append(args,
 			"--cert-dir="+filepath.Join(e.Dir, "pki"),
 			"--tls-cert-file="+p.servingCert,
 			"--tls-private-key-file="+p.servingKey,
@@ -191,10 +230,9 @@ func (e *Env) startAPIServer(ctx context.Context, bin string, port int, etcdURL 
 			"--service-cluster-ip-range=10.0.0.0/24",
 			"--authorization-mode=RBAC",
 			"--allow-privileged=true",
-			"--disable-admission-plugins=ServiceAccount",
 			"--storage-media-type=application/json",
 			"--v=0",
-		)
+		)...)
 		if err != nil {
 			return err
 		}
@@ -207,6 +245,7 @@ func (e *Env) startAPIServer(ctx context.Context, bin string, port int, etcdURL 
 			},
 			QPS:   1000,
 			Burst: 2000,
+			Dial:  dial,
 		}
 		if e.clientset, err = kubernetes.NewForConfig(e.Config); err != nil {
 			return err
@@ -215,7 +254,7 @@ func (e *Env) startAPIServer(ctx context.Context, bin string, port int, etcdURL 
 			return err
 		}
 		return e.waitStarted(ctx, proc, 60*time.Second, port != 0, func() error {
-			cctx, cancel := context.WithTimeout(ctx, probe.Timeout)
+			cctx, cancel := context.WithTimeout(ctx, e.probe.Timeout)
 			defer cancel()
 			body, err := e.clientset.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(cctx)
 			if err != nil {
@@ -240,6 +279,13 @@ func (e *Env) waitStarted(ctx context.Context, proc *process, timeout time.Durat
 	}
 	return err
 }
+
+// CAFile is the path of the CA certificate that signed the apiserver's serving certificate and
+// the admin client certificate.
+func (e *Env) CAFile() string { return e.pki.caCert }
+
+// ServiceAccountKeyFile is the path of the key that signs service-account tokens.
+func (e *Env) ServiceAccountKeyFile() string { return e.pki.saKey }
 
 // Clientset returns a typed client with admin rights.
 func (e *Env) Clientset() kubernetes.Interface { return e.clientset }
@@ -319,6 +365,29 @@ func (e *Env) startProgram(name, bin string, environ []string, args ...string) (
 	return p, err
 }
 
+// Program is a program that StartProgram started.
+type Program struct{ p *process }
+
+// Exited is closed once the program has exited.
+func (p Program) Exited() <-chan struct{} { return p.p.exited }
+
+// Log is the path of the program's log.
+func (p Program) Log() string { return p.p.log }
+
+// StartProgram starts a program that runs against the apiserver, with the environment environ
+// (nil: this process's) and the command line that Options.Wrap makes, logging to
+// <Dir>/<name>.log; Stop stops it before the apiserver.
+func (e *Env) StartProgram(name, bin string, environ []string, args ...string) (Program, error) {
+	p, err := e.startProgram(name, bin, environ, args...)
+	return Program{p}, err
+}
+
+// WaitReady waits up to timeout until check succeeds, failing early when prog exits first; the
+// error carries the end of its log.
+func WaitReady(ctx context.Context, prog Program, timeout time.Duration, check func() error) error {
+	return waitFor(ctx, timeout, prog.p, check)
+}
+
 // forget drops a process that has exited from those that Stop stops.
 func (e *Env) forget(p *process) {
 	e.procs = slices.DeleteFunc(e.procs, func(q *process) bool { return q == p })
@@ -338,7 +407,11 @@ func (e *Env) spawn(name, bin string, environ []string, args ...string) (*proces
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, args...)
+	argv := append([]string{bin}, args...)
+	if e.wrap != nil {
+		argv = e.wrap(argv)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = environ
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The processes must not outlive a test binary that dies without calling Stop.
