@@ -111,8 +111,9 @@ func (p *pageParser) page(maxEntries int, invalid *InvalidTags, each func(tag st
 		if err != nil {
 			return err
 		}
-		// key is only valid until the next read.
-		isTags := string(key) == "tags"
+		// key is only valid until the next read. Member names match case-insensitively, as
+		// encoding/json (and so go-containerregistry) matches them.
+		isTags := bytes.EqualFold(key, []byte("tags"))
 		if err := p.expect(':'); err != nil {
 			return err
 		}
