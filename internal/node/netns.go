@@ -94,9 +94,24 @@ func NewNamespaces(ctx context.Context) (*Namespaces, error) {
 	return n, nil
 }
 
-// Wrap returns a command line that runs argv in the namespaces.
+// Wrap returns a command line that runs argv in the namespaces, in this process's working
+// directory.
 func (n *Namespaces) Wrap(argv []string) []string {
-	return append([]string{"nsenter", "--net=" + n.net, "--mount=" + n.mnt, "--"}, argv...)
+	wd, err := os.Getwd()
+	if err != nil {
+		wd = "/"
+	}
+	return n.WrapIn(wd, argv)
+}
+
+// WrapIn returns a command line that runs argv in the namespaces, in the directory dir. nsenter
+// starts a program that enters a mount namespace in its root directory, whatever exec.Cmd.Dir
+// says, and its --wd opens the directory before it enters, which leaves the program a working
+// directory that getcwd(2) cannot name (Go's os.Getwd fails); a shell that changes to dir once
+// inside, then execs argv, gives it one that it can.
+func (n *Namespaces) WrapIn(dir string, argv []string) []string {
+	return append([]string{"nsenter", "--net=" + n.net, "--mount=" + n.mnt, "--",
+		"/bin/sh", "-c", `cd -- "$0" && exec "$@"`, dir}, argv...)
 }
 
 // Run runs argv in the namespaces and returns its error with its output.

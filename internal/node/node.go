@@ -89,6 +89,9 @@ type Cluster struct {
 	madeDirs  []string
 }
 
+// Cgroup is the name of the node's cgroup, in every hierarchy: the kubelet's cgroupRoot.
+func (c *Cluster) Cgroup() string { return c.cgroup }
+
 // Bin returns the path of a program that `make cluster-env` built: kubectl, kubelet and so on.
 func (c *Cluster) Bin(name string) string {
 	switch name {

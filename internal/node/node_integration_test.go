@@ -121,7 +121,7 @@ func TestNodeIntegration(t *testing.T) {
 	if _, err := os.Stat(c.Dir); err == nil {
 		t.Errorf("Stop left the node's directory %s", c.Dir)
 	}
-	if left, err := filepath.Glob("/sys/fs/cgroup/*/reflector-node-*"); err != nil || len(left) > 0 {
+	if left, err := filepath.Glob("/sys/fs/cgroup/*/" + c.Cgroup()); err != nil || len(left) > 0 {
 		t.Errorf("Stop left cgroups: %v %v", left, err)
 	}
 }
