@@ -5,9 +5,11 @@
 // annotation, and scan them.
 //
 // Writing the annotation is the commit point: a webhook is answered once every matched object
-// carries it, and the scan then runs in the background. When that scan is lost (the process
-// stops, the registry fails), the cron reconciler sees an annotation that differs from
-// status.lastHandledReconcileAt and scans again.
+// carries it. A push's scan runs in the background beside the annotation patch: it confirms,
+// stores and announces the pushed tags while the patch is on its way, and writes the status
+// once the patch has returned. When that scan is lost (the process stops, the registry fails),
+// the cron reconciler sees an annotation that differs from status.lastHandledReconcileAt and
+// scans again.
 package receiver
 
 import (
