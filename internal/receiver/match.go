@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/webhook"
 )
@@ -25,10 +24,6 @@ type target struct {
 	// answers it.
 	tags []string
 	full bool
-	// annotated is the object as the annotation patch returned it, which the scan starts from;
-	// sent is when that patch was sent.
-	annotated *v1.ImageRepository
-	sent      time.Time
 }
 
 func (t target) object() Object { return Object{Namespace: t.namespace, Name: t.name} }
@@ -103,20 +98,16 @@ func (r *Receiver) annotate(ctx context.Context, targets []target, recs []*recon
 	token := reconcile.PushRequestToken(r.cfg.now())
 	errs := make([]error, len(targets))
 	gone := make([]bool, len(targets))
-	annotated := make([]*v1.ImageRepository, len(targets))
-	sent := make([]time.Time, len(targets))
 	var g errgroup.Group
 	g.SetLimit(annotateConcurrency)
 	for i, t := range targets {
 		g.Go(func() error {
-			var err error
-			sent[i] = time.Now()
-			annotated[i], err = r.kube.Repositories.RequestReconcile(ctx, t.namespace, t.name, token)
+			annotated, err := r.kube.Repositories.RequestReconcile(ctx, t.namespace, t.name, token)
 			if err != nil {
-				recs[i].Finish(nil, err)
-			} else {
-				recs[i].Finish(annotated[i], nil)
+				annotated = nil
 			}
+			// The scan beside it writes its status against the object as the patch returned it.
+			recs[i].Finish(annotated, err)
 			switch {
 			case apierrors.IsNotFound(err):
 				// Deleted since the listing: there is nothing to scan.
@@ -143,7 +134,6 @@ func (r *Receiver) annotate(ctx context.Context, targets []target, recs []*recon
 			}
 			continue
 		}
-		t.annotated, t.sent = annotated[i], sent[i]
 		done = append(done, t)
 	}
 	return done, first

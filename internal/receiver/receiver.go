@@ -17,7 +17,6 @@ import (
 	"crypto/rand"
 	"log/slog"
 	"sync"
-	"time"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/kube"
@@ -30,8 +29,6 @@ import (
 type Scanner interface {
 	Scan(ctx context.Context, namespace, name string, hint *reconcile.Hint) (reconcile.ScanOutcome, error)
 	ScanObject(ctx context.Context, repo *v1.ImageRepository, hint *reconcile.Hint) (reconcile.ScanOutcome, error)
-	// ScanRecorded scans repo as the caller's reconcile-request patch, sent at sent, returned it.
-	ScanRecorded(ctx context.Context, repo *v1.ImageRepository, hint *reconcile.Hint, sent time.Time) (reconcile.ScanOutcome, error)
 	// ScanBeside scans namespace/name while the caller's reconcile-request patch is on its
 	// way; the caller reports the patch's result to rec.
 	ScanBeside(ctx context.Context, namespace, name string, hint *reconcile.Hint, rec *reconcile.Recording) (reconcile.ScanOutcome, error)
@@ -134,30 +131,6 @@ func (r *Receiver) Shutdown(ctx context.Context) error {
 		<-done
 		return ctx.Err()
 	}
-}
-
-// scanLater scans the annotated target t in the background, within its timeout and in the
-// trace of req, so that the sender of the event is not kept waiting on the registry; from the
-// object its annotation patch returned. It reports false when the Receiver is shutting down and
-// the scan is left to the cron reconciler.
-func (r *Receiver) scanLater(req context.Context, t target) bool {
-	r.mu.Lock()
-	if r.closing {
-		r.mu.Unlock()
-		return false
-	}
-	r.inFlight.Add(1)
-	r.mu.Unlock()
-	go func() {
-		defer r.inFlight.Done()
-		ctx, cancel := context.WithTimeout(trace.Copy(r.base, req), t.timeout)
-		defer cancel()
-		if _, err := r.scanner.ScanRecorded(ctx, t.annotated, t.hint(), t.sent); err != nil {
-			r.cfg.log.WarnContext(ctx, "background scan failed; the cron reconciler retries it",
-				"namespace", t.namespace, "name", t.name, "error", redact.String(err.Error()))
-		}
-	}()
-	return true
 }
 
 // scanBeside scans the target t in the background while its annotation patch, whose result
