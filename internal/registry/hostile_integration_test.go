@@ -77,40 +77,8 @@ func TestIntegrationListTagsLeavesOutInvalidTags(t *testing.T) {
 // element until the page has size bytes.
 func streamedPage(prefix, element string, size int64) func() io.Reader {
 	return func() io.Reader {
-		return io.LimitReader(io.MultiReader(strings.NewReader(prefix), &repeating{s: element}), size)
+		return testenv.Page(prefix, testenv.Repeating(element), size)
 	}
-}
-
-// repeating reads s again and again.
-type repeating struct {
-	s   string
-	off int
-}
-
-func (r *repeating) Read(p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		c := copy(p[n:], r.s[r.off:])
-		r.off = (r.off + c) % len(r.s)
-		n += c
-	}
-	return n, nil
-}
-
-// counting yields tag-0, tag-1, ... as a page's elements, each distinct and valid.
-type counting struct {
-	n   int
-	buf []byte
-}
-
-func (c *counting) Read(p []byte) (int, error) {
-	for len(c.buf) < len(p) {
-		c.buf = fmt.Appendf(c.buf, `"tag-%d",`, c.n)
-		c.n++
-	}
-	n := copy(p, c.buf)
-	c.buf = c.buf[n:]
-	return n, nil
 }
 
 func TestIntegrationListTagsRefusesHugePages(t *testing.T) {
@@ -123,7 +91,7 @@ func TestIntegrationListTagsRefusesHugePages(t *testing.T) {
 		{"one string of 200 MiB", streamedPage(`{"tags":["`, "a", size), "a JSON value of more than 64 KiB"},
 		{"200 MiB of tags of 10 kB", streamedPage(`{"tags":["`, strings.Repeat("x", 10_000)+`","`, size), "larger than 32 MiB"},
 		{"200 MiB of distinct valid tags", func() io.Reader {
-			return io.LimitReader(io.MultiReader(strings.NewReader(`{"tags":[`), &counting{}), size)
+			return testenv.Page(`{"tags":[`, testenv.Elements("tag-%d"), size)
 		}, "more than 200000 tags"},
 	}
 	for _, tt := range tests {

@@ -243,13 +243,13 @@ func TestHostileRegistryIntegration(t *testing.T) {
 			says   string
 		}{
 			{"one string", func() io.Reader {
-				return io.LimitReader(io.MultiReader(strings.NewReader(`{"tags":["`), &repeating{s: "a"}), size)
+				return testenv.Page(`{"tags":["`, testenv.Repeating("a"), size)
 			}, "a JSON value of more than 64 KiB"},
 			{"tags of 10 kB", func() io.Reader {
-				return io.LimitReader(io.MultiReader(strings.NewReader(`{"tags":["`), &repeating{s: strings.Repeat("x", 10_000) + `","`}), size)
+				return testenv.Page(`{"tags":["`, testenv.Repeating(strings.Repeat("x", 10_000)+`","`), size)
 			}, "larger than 32 MiB"},
 			{"distinct valid tags of 128 bytes", func() io.Reader {
-				return io.LimitReader(io.MultiReader(strings.NewReader(`{"tags":[`), &longTags{}), size)
+				return testenv.Page(`{"tags":[`, testenv.Elements("%0128d"), size)
 			}, "more than 200000 tags"},
 		} {
 			reg.Inject(testenv.RegistryFault{Path: "/tags/list", Status: http.StatusOK, Stream: tt.stream})
@@ -270,37 +270,4 @@ func TestHostileRegistryIntegration(t *testing.T) {
 		}
 		waitLatest(t, s, "hostile-alphabetical", "v2.0.0")
 	})
-}
-
-// repeating reads s again and again.
-type repeating struct {
-	s   string
-	off int
-}
-
-func (r *repeating) Read(p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		c := copy(p[n:], r.s[r.off:])
-		r.off = (r.off + c) % len(r.s)
-		n += c
-	}
-	return n, nil
-}
-
-// longTags yields distinct valid tags of the grammar's greatest length, 128 bytes, as a page's
-// elements: the most that a page can make a scan keep.
-type longTags struct {
-	n   int
-	buf []byte
-}
-
-func (l *longTags) Read(p []byte) (int, error) {
-	for len(l.buf) < len(p) {
-		l.buf = fmt.Appendf(l.buf, `"%0128d",`, l.n)
-		l.n++
-	}
-	n := copy(p, l.buf)
-	l.buf = l.buf[n:]
-	return n, nil
 }
