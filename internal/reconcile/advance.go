@@ -63,12 +63,12 @@ func newDelta(to string, d *events.TagsDelta) *delta {
 	return out
 }
 
-// advanceable tells whether pol, as read, may be advanced by d for a repository of identity id
-// and image: its last successful evaluation was of its current generation and read exactly the
+// advanceable tells whether pol, as read, may be advanced by d, a delta of the repository's
+// identity, for a repository of image: its last successful evaluation was of its current generation and read exactly the
 // revision d starts from, of the same identity, and no reconcile request waits.
-func advanceable(pol *v1.ImagePolicy, token string, d *delta, id store.Identity, image string) bool {
+func advanceable(pol *v1.ImagePolicy, token string, d *delta, image string) bool {
 	st := &pol.Status
-	if d == nil || d.id != id || st.LatestRef == nil || st.LatestRef.Name != image ||
+	if st.LatestRef == nil || st.LatestRef.Name != image ||
 		st.ObservedGeneration != pol.Generation || token != "" && token != st.LastHandledReconcileAt ||
 		!apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition) {
 		return false
@@ -107,7 +107,7 @@ func (e *Evaluator) advance(ctx context.Context, w *policyWorld, pol *v1.ImagePo
 	if d == nil || d.id != id {
 		return PolicyOutcome{}, false, nil
 	}
-	if !advanceable(pol, token, d, id, repo.Spec.Image) {
+	if !advanceable(pol, token, d, repo.Spec.Image) {
 		// The policies are listed from the apiserver's watch cache, which may not hold the
 		// latest status yet, such as that of the evaluation of the previous push a moment ago:
 		// a read of the policy costs less than a read of the store.
@@ -116,7 +116,7 @@ func (e *Evaluator) advance(ctx context.Context, w *policyWorld, pol *v1.ImagePo
 			return PolicyOutcome{}, false, nil
 		}
 		token, _ = kube.ReconcileRequest(fresh.Annotations)
-		if !advanceable(fresh, token, d, id, repo.Spec.Image) {
+		if !advanceable(fresh, token, d, repo.Spec.Image) {
 			return PolicyOutcome{}, false, nil
 		}
 		pol = fresh

@@ -290,7 +290,8 @@ func (s *Scanner) awaitRecorded(ctx context.Context, p *pending) {
 		if open == nil {
 			return
 		}
-		if _, _ = open.wait(ctx); ctx.Err() != nil {
+		// The patch's own outcome does not matter here: the follow-up reads the object anyway.
+		if open.wait(ctx); ctx.Err() != nil {
 			return
 		}
 	}
