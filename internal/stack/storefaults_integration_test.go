@@ -2,7 +2,6 @@ package stack_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -279,7 +278,7 @@ func TestFullStoreIntegration(t *testing.T) {
 	})
 
 	filler := filepath.Join(storeDir, "filler")
-	fillVolume(t, filler, 1<<20)
+	testenv.FillVolume(t, filler, 1<<20)
 	if _, err := stack.Push(image + ":1.1.0"); err != nil {
 		t.Fatal(err)
 	}
@@ -320,30 +319,4 @@ func TestFullStoreIntegration(t *testing.T) {
 		t.Error("reflector_store_full_total counted no refused write")
 	}
 	t.Logf("%v writes or writer opens refused while the volume was full", full)
-}
-
-// fillVolume writes zeros to path until its volume is full, then gives back leave bytes.
-func fillVolume(t *testing.T, path string, leave int64) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := make([]byte, 1<<20)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, unix.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(max(fi.Size()-leave, 0)); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"golang.org/x/sys/unix"
+
+	"github.com/imagereflector/reflector/internal/testenv"
 )
 
 // EnvFaults enables the tests that mount a small tmpfs, which needs root.
@@ -37,32 +39,11 @@ func mountTmpfs(t *testing.T, size string) string {
 	return dir
 }
 
-// fill writes a file of zeros in dir until the volume is full, then gives
-// back leave bytes, and returns its path.
+// fill fills the volume of dir with a file, leaving leave bytes, and returns its path.
 func fill(t *testing.T, dir string, leave int64) string {
 	t.Helper()
 	p := filepath.Join(dir, "filler")
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := make([]byte, 1<<20)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, unix.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Truncate(max(fi.Size()-leave, 0)); err != nil {
-		t.Fatal(err)
-	}
+	testenv.FillVolume(t, p, leave)
 	return p
 }
 
