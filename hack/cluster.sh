@@ -21,10 +21,16 @@
 #     and CoreDNS's image from the binaries with go-containerregistry (internal/node);
 #   - the Debian packages the node runs: containerd, runc, containernetworking-plugins, iptables,
 #     iproute2 (apt-get update first; skipped when all are installed).
-# Knative's data-plane images are built by ko from the module zips of knative.dev/serving and
-# knative.dev/eventing (their config/*.yaml carry ko:// references that `ko resolve` turns into
-# images pushed to the node's registry); that is the cluster test's job, not this script's, since
-# it needs the registry.
+#   - Knative's images (hack/knative-images): `ko resolve` of the release configurations of
+#     knative.dev/serving (config/core) and knative.dev/eventing (config/core, the in-memory
+#     channel, the multi-tenant channel-based broker) at the versions hack/tools pins, onto the
+#     node's base image, kept as an OCI layout with the resolved manifests; the cluster test
+#     pushes them into the node's registry. These are Knative's own programs, unpatched (the
+#     host-side builds of hack/knative.sh carry a probe-port and listen-address overlay that pods
+#     do not need);
+#   - kube-apiserver again, with its version stamped as the other programs are: Knative's
+#     programs refuse an apiserver whose version is not semver, and testenv's reports
+#     "v0.0.0-master+$Format:%H$". The packages are testenv's, so this is mostly a link.
 #
 # Prints the directory holding the binaries. Idempotent: nothing is built when it exists.
 # `./hack/cluster.sh PART` builds one part (debs, pause, coredns, kube, traefik) and logs its time.
@@ -138,7 +144,7 @@ GO
   rm -rf "$work"
 }
 
-KUBE_CMDS="kubelet kube-proxy kube-scheduler kube-controller-manager kubectl"
+KUBE_CMDS="kubelet kube-proxy kube-scheduler kube-controller-manager kubectl kube-apiserver"
 
 build_kube() {
   local dir=$BIN/kube-node-$KUBE_VERSION c missing=
@@ -172,6 +178,49 @@ build_kube() {
     done
   )
   rm -rf "$dir" && mv "$tmp" "$dir" && rm -rf "$work"
+}
+
+# build_knative_images builds Knative's data-plane images once per version of Serving, Eventing,
+# ko and the builder, with a throwaway copy of each hack/tools module (ko may need to add the
+# requirements of programs that the host-side builds do not link).
+build_knative_images() {
+  local root serving eventing ko key out work s e n c
+  root=$(cd .. && pwd)
+  serving=$(cd tools/knative-serving && go list -m -f '{{.Version}}' knative.dev/serving)
+  eventing=$(cd tools/knative && go list -m -f '{{.Version}}' knative.dev/eventing)
+  # Serving's release also takes the CRDs of networking's Ingresses, Certificates and
+  # ServerlessServices, config-network, and the caching Image CRD, from the modules it requires
+  # (symbolic links in its repository, which module zips leave out).
+  (cd tools/knative-serving && go mod download knative.dev/serving knative.dev/networking knative.dev/caching)
+  (cd tools/knative && go mod download knative.dev/eventing)
+  s=$(cd tools/knative-serving && go list -m -f '{{.Dir}}' knative.dev/serving)
+  n=$(cd tools/knative-serving && go list -m -f '{{.Dir}}' knative.dev/networking)
+  c=$(cd tools/knative-serving && go list -m -f '{{.Dir}}' knative.dev/caching)
+  e=$(cd tools/knative && go list -m -f '{{.Dir}}' knative.dev/eventing)
+  work=$CACHE/build-knative-images
+  local specs=(
+    "serving=$work/knative-serving:$s/config/core,$n/config,$c/config"
+    "eventing=$work/knative:$e/config/core"
+    "in-memory-channel=$work/knative:$e/config/channels/in-memory-channel"
+    "mt-channel-broker=$work/knative:$e/config/brokers/mt-channel-broker"
+  )
+  make -s -C .. ko >/dev/null
+  ko=$root/bin/ko
+  # The builder, ko and what is built; the base image is BaseImage of internal/node, whose
+  # files change rarely: delete the directory to rebuild after such a change.
+  key=$( (cat knative-images/main.go; "$ko" version; printf '%s\n' "${specs[@]}") | sha256sum | cut -c1-8)
+  out=$BIN/knative-images-$serving-$eventing-$key
+  if [ ! -d "$out" ]; then
+    log "building Knative's images (Serving $serving, Eventing $eventing)"
+    rm -rf "$work"
+    local m
+    for m in knative-serving knative; do
+      mkdir -p "$work/$m" && cp tools/$m/go.mod tools/$m/go.sum tools/$m/tools.go "$work/$m/"
+    done
+    (cd .. && go run ./hack/knative-images -out "$out" -ko "$ko" "${specs[@]}")
+    rm -rf "$work"
+  fi
+  ln -sfn "$(basename "$out")" "$BIN/knative-images"
 }
 
 build_coredns() {
@@ -218,14 +267,16 @@ case $what in
   coredns) timed coredns build_coredns ;;
   pause) build_pause ;;
   debs) install_debs ;;
+  knative-images) timed knative-images build_knative_images ;;
   all)
     install_debs
     build_pause
     timed coredns build_coredns
     timed kube build_kube
     timed traefik build_traefik
+    timed knative-images build_knative_images
     ;;
-  *) log "unknown part $what (traefik, kube, coredns, pause, debs, all)"; exit 2 ;;
+  *) log "unknown part $what (traefik, kube, coredns, pause, debs, knative-images, all)"; exit 2 ;;
 esac
 if [ -d "$BIN/kube-node-$KUBE_VERSION" ]; then ln -sfn "kube-node-$KUBE_VERSION" "$BIN/kube-node"; fi
 if [ -x "$BIN/traefik-$TRAEFIK_VERSION" ]; then ln -sfn "traefik-$TRAEFIK_VERSION" "$BIN/traefik"; fi

@@ -3,6 +3,7 @@ package node
 import (
 	"archive/tar"
 	"bytes"
+	"debug/elf"
 	"fmt"
 	"io"
 	"log"
@@ -10,7 +11,9 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -98,6 +101,69 @@ func ProgramImage(base v1.Image, bin, name string) (v1.Image, error) {
 		c.Entrypoint = []string{"/" + name}
 	})
 }
+
+// LinkedProgramImage returns an image of the dynamically linked program at bin as /<name>,
+// its entrypoint, on base, with the host's ELF interpreter and the shared libraries the program
+// names (from the host's multiarch library directory), at the paths where the interpreter
+// looks: what a glibc base image such as distroless's base carries. Traefik's build links the
+// C library.
+func LinkedProgramImage(base v1.Image, bin, name string) (v1.Image, error) {
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, err
+	}
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", bin, err)
+	}
+	defer f.Close()
+	libs, err := f.ImportedLibraries()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", bin, err)
+	}
+	var interp string
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b := make([]byte, p.Filesz)
+			if _, err := p.ReadAt(b, 0); err != nil {
+				return nil, err
+			}
+			interp = strings.TrimRight(string(b), "\x00")
+		}
+	}
+	if interp == "" {
+		return nil, fmt.Errorf("%s is statically linked: use ProgramImage", bin)
+	}
+	paths := []string{interp}
+	for _, l := range libs {
+		paths = append(paths, filepath.Join(multiarchLib, l))
+	}
+	files := []File{{Path: name, Mode: 0o755, Data: data}}
+	dirs := map[string]bool{}
+	for _, p := range paths {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s needs %s: %w", bin, p, err)
+		}
+		b, err := os.ReadFile(real)
+		if err != nil {
+			return nil, err
+		}
+		rel := strings.TrimPrefix(p, "/")
+		files = append(files, File{Path: rel, Mode: 0o755, Data: b})
+		for d := path.Dir(rel); d != "." && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+			files = append(files, File{Path: d, Mode: 0o755, Dir: true})
+		}
+	}
+	return Image(base, files, func(c *v1.Config) {
+		c.Entrypoint = []string{"/" + name}
+	})
+}
+
+// multiarchLib is where Debian keeps the C library of amd64, a directory the ELF interpreter
+// searches by default.
+const multiarchLib = "/lib/x86_64-linux-gnu"
 
 // BaseImage returns an image for static programs like distroless's static one: /etc/passwd and
 // /etc/group with root and nonroot, the CA certificates of the host's

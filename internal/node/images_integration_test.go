@@ -32,26 +32,7 @@ func TestNodeImagesIntegration(t *testing.T) {
 			t.Errorf("stopping the cluster: %v", err)
 		}
 	})
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// ko is installed from the module proxy, which the node's namespace cannot reach.
-	if out, err := exec.Command("make", "-C", root, "ko").CombinedOutput(); err != nil {
-		t.Fatalf("make ko: %v\n%s", err, out)
-	}
-	out := filepath.Join(t.TempDir(), "images.yaml")
-	argv := c.NS.Wrap([]string{"make", "-C", root, "images",
-		"KO_DOCKER_REPO=" + c.Registry.NodeHost + "/reflector", "IMAGES_OUT=" + out, "KOFLAGS=--platform=linux/amd64"})
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "KO_DEFAULTBASEIMAGE="+c.Images["base"], "GOPROXY=off")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make images: %v\n%s", err, b)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := makeImages(t, c)
 	pinned := regexp.MustCompile(`newName: (\S+)\n\s+digest: (sha256:[0-9a-f]{64})`).FindAllStringSubmatch(string(b), -1)
 	if len(pinned) != 3 {
 		t.Fatalf("images.yaml pins %d images, want 3:\n%s", len(pinned), b)
@@ -79,4 +60,32 @@ func TestNodeImagesIntegration(t *testing.T) {
 			t.Errorf("%s: %s/%s, user %q; want linux/amd64 and 65532", repo, cf.OS, cf.Architecture, cf.Config.User)
 		}
 	}
+}
+
+// makeImages runs `make images` inside the node's namespaces, on the node's base image and into
+// the node's registry, as a cluster admin would with KO_DOCKER_REPO, and returns the
+// images.yaml it wrote.
+func makeImages(t *testing.T, c *node.Cluster) []byte {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ko is installed from the module proxy, which the node's namespace cannot reach.
+	if out, err := exec.Command("make", "-C", root, "ko").CombinedOutput(); err != nil {
+		t.Fatalf("make ko: %v\n%s", err, out)
+	}
+	out := filepath.Join(t.TempDir(), "images.yaml")
+	argv := c.NS.Wrap([]string{"make", "-C", root, "images",
+		"KO_DOCKER_REPO=" + c.Registry.NodeHost + "/reflector", "IMAGES_OUT=" + out, "KOFLAGS=--platform=linux/amd64"})
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "KO_DEFAULTBASEIMAGE="+c.Images["base"], "GOPROXY=off")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make images: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

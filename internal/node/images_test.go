@@ -86,3 +86,34 @@ func TestProgramImageIsReproducible(t *testing.T) {
 		t.Error("an image of a missing program: want an error")
 	}
 }
+
+func TestLinkedProgramImage(t *testing.T) {
+	bin := "/bin/true"
+	if _, err := os.Stat(bin); err != nil {
+		t.Skip("no /bin/true on this host")
+	}
+	img, err := LinkedProgramImage(nil, bin, "true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	tr := tar.NewReader(mutate.Extract(img))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		have[h.Name] = true
+	}
+	for _, want := range []string{"true", "lib64/ld-linux-x86-64.so.2", "lib/x86_64-linux-gnu/libc.so.6"} {
+		if !have[want] {
+			t.Errorf("the image has no %s: %v", want, have)
+		}
+	}
+	if _, err := LinkedProgramImage(nil, filepath.Join(t.TempDir(), "missing"), "x"); err == nil {
+		t.Error("a missing program made an image")
+	}
+}

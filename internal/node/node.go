@@ -1,6 +1,5 @@
 // Package node runs a single-node Kubernetes cluster on this machine for tests that need pods:
-// etcd, kube-apiserver, kube-controller-manager (with its host-path provisioner, the volume
-// provisioner of a single node), kube-scheduler, containerd with runc, the kubelet, bridge CNI,
+// etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd with runc, the kubelet, bridge CNI,
 // kube-proxy (iptables) and CoreDNS, with an image registry for the node, all the real
 // programs, built by `make cluster-env` (hack/cluster.sh) and `make testenv`.
 //
@@ -34,6 +33,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -109,7 +109,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		bin = testenv.BinDir()
 	}
 	c = &Cluster{Dir: opts.Dir, bin: bin, Images: map[string]string{}}
-	for _, b := range []string{c.Bin("kubelet"), c.Bin("kube-proxy"), c.Bin("kube-scheduler"), c.Bin("kube-controller-manager"), c.Bin("kubectl"), c.Bin("coredns"), c.Bin("pause")} {
+	for _, b := range []string{c.Bin("kube-apiserver"), c.Bin("kubelet"), c.Bin("kube-proxy"), c.Bin("kube-scheduler"), c.Bin("kube-controller-manager"), c.Bin("kubectl"), c.Bin("coredns"), c.Bin("pause")} {
 		if _, err := os.Stat(b); err != nil {
 			return nil, fmt.Errorf("%s not found: run `make cluster-env` to build it (%w)", b, err)
 		}
@@ -148,6 +148,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if c.Env, err = testenv.Start(ctx, testenv.Options{
 		Dir:           filepath.Join(c.Dir, "control"),
 		BinDir:        bin,
+		APIServer:     c.Bin("kube-apiserver"),
 		APIServerPort: apiServerPort,
 		EtcdPort:      2379,
 		Wrap:          c.NS.Wrap,
@@ -161,6 +162,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		c.startContainerd,
 		c.startKubelet,
 		c.startProxy,
+		c.startStorage,
 		c.startDNS,
 	} {
 		if err := step(ctx); err != nil {
@@ -172,7 +174,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 
 // setUpNamespaces gives the network namespace its address and puts tmpfs file systems, in the
 // mount namespace, over the host paths that containerd 1.6, the CNI plugins, the kubelet and
-// the host-path provisioner fix, so that nothing they write there reaches the host.
+// the kubelet fix, so that nothing they write there reaches the host.
 func (c *Cluster) setUpNamespaces() error {
 	if err := c.NS.Run("ip", "link", "set", "lo", "up"); err != nil {
 		return err
@@ -188,9 +190,8 @@ func (c *Cluster) setUpNamespaces() error {
 	// /var/lib/cni: the CNI plugins' cache and host-local's addresses; /run/netns: the pods'
 	// network namespaces' files; /run/containerd: runc's state; /var/lib/kubelet: the device
 	// plugins' socket, which the kubelet puts there whatever its root directory;
-	// /var/log/containers: the kubelet's links to the containers' logs; /tmp/hostpath_pv: the
-	// host-path provisioner's volumes.
-	for _, dir := range []string{"/var/lib/cni", "/run/netns", "/run/containerd", "/var/lib/kubelet", "/var/log/containers", "/tmp/hostpath_pv"} {
+	// /var/log/containers: the kubelet's links to the containers' logs.
+	for _, dir := range []string{"/var/lib/cni", "/run/netns", "/run/containerd", "/var/lib/kubelet", "/var/log/containers"} {
 		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
@@ -326,7 +327,6 @@ func (c *Cluster) startControllers(ctx context.Context) error {
 		"--root-ca-file="+c.CAFile(),
 		"--service-account-private-key-file="+c.ServiceAccountKeyFile(),
 		"--use-service-account-credentials=false",
-		"--enable-hostpath-provisioner=true",
 		"--cluster-name=reflector",
 		"--v=1",
 	)
@@ -469,11 +469,47 @@ var corednsManifest string
 //go:embed storageclass.yaml
 var storageClassManifest string
 
-// startDNS applies the StorageClass and CoreDNS and waits until CoreDNS answers at DNSIP.
-func (c *Cluster) startDNS(ctx context.Context) error {
+// Volumes is how many local PersistentVolumes Start offers, and VolumeSize the size each
+// declares (a local volume's size is not enforced: it is the node's file system).
+const (
+	Volumes    = 4
+	VolumeSize = "2Gi"
+)
+
+// startStorage applies the StorageClass and offers Volumes local PersistentVolumes of it, each a
+// directory under the node's directory.
+func (c *Cluster) startStorage(ctx context.Context) error {
 	if _, err := c.Apply(ctx, "", []byte(storageClassManifest)); err != nil {
 		return fmt.Errorf("the StorageClass: %w", err)
 	}
+	for i := range Volumes {
+		name := fmt.Sprintf("local-%d", i)
+		dir := filepath.Join(c.Dir, "volumes", name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(VolumeSize)},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+				StorageClassName:              StorageClass,
+				PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: dir}},
+				NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{NodeName}}},
+				}}}},
+			},
+		}
+		if _, err := c.Clientset().CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("PersistentVolume %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// startDNS applies CoreDNS and waits until it answers at DNSIP.
+func (c *Cluster) startDNS(ctx context.Context) error {
 	manifest := strings.NewReplacer("COREDNS_IMAGE", c.Images["coredns"], "DNS_IP", DNSIP).Replace(corednsManifest)
 	if _, err := c.Apply(ctx, "kube-system", []byte(manifest)); err != nil {
 		return fmt.Errorf("CoreDNS: %w", err)

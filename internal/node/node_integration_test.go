@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,8 +21,8 @@ import (
 
 // TestNodeIntegration brings the single-node cluster up (which waits for the node to be Ready
 // and for CoreDNS, in a pod pulled from the node's registry, to answer through kube-proxy's
-// ClusterIP from the apiserver's data), runs a pod with a claim that the host-path provisioner
-// serves, checks that no program of the node runs outside its network namespace, and that Stop
+// ClusterIP from the apiserver's data), runs a pod with a claim that binds one of the node's local
+// volumes, writable by the pod's non-root user through its fsGroup, checks that no program of the node runs outside its network namespace, and that Stop
 // leaves no process, cgroup or namespace behind.
 func TestNodeIntegration(t *testing.T) {
 	if os.Getenv("REFLECTOR_CLUSTER_TEST") == "" {
@@ -44,6 +45,7 @@ func TestNodeIntegration(t *testing.T) {
 	t.Logf("the cluster was up in %s", time.Since(start).Round(time.Second))
 
 	kube := c.Clientset()
+	nonRoot := int64(node.NonRoot)
 	claim := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "default"},
 		Spec: corev1.PersistentVolumeClaimSpec{
@@ -57,6 +59,7 @@ func TestNodeIntegration(t *testing.T) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: "default"},
 		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{RunAsUser: &nonRoot, RunAsGroup: &nonRoot, FSGroup: &nonRoot},
 			Containers: []corev1.Container{{
 				Name:         "pause",
 				Image:        c.Images["pause"],
@@ -83,6 +86,21 @@ func TestNodeIntegration(t *testing.T) {
 	}
 	if bound.Status.Phase != corev1.ClaimBound || bound.Spec.StorageClassName == nil || *bound.Spec.StorageClassName != node.StorageClass {
 		t.Errorf("claim: phase %s, class %v; want Bound by %s", bound.Status.Phase, bound.Spec.StorageClassName, node.StorageClass)
+	}
+	// The kubelet gave the volume to the pod's fsGroup: group-owned, group-writable, setgid.
+	pv, err := kube.CoreV1().PersistentVolumes().Get(ctx, bound.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pv.Spec.Local == nil {
+		t.Fatalf("volume %s is not a local volume: %+v", pv.Name, pv.Spec.PersistentVolumeSource)
+	}
+	fi, err := os.Stat(pv.Spec.Local.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Gid != uint32(node.NonRoot) || fi.Mode()&0o020 == 0 || fi.Mode()&os.ModeSetgid == 0 {
+		t.Errorf("volume %s: gid %d, mode %s; want the pod's fsGroup %d, group-writable, setgid", pv.Spec.Local.Path, st.Gid, fi.Mode(), node.NonRoot)
 	}
 
 	// Nothing of the node runs in the host's network namespace, and this process, which serves
@@ -134,7 +152,7 @@ func TestNodeStartFailureIntegration(t *testing.T) {
 	}
 	real := testenv.BinDir()
 	bin := t.TempDir()
-	for _, name := range []string{"etcd", "kube-apiserver", "coredns", "pause"} {
+	for _, name := range []string{"etcd", "coredns", "pause"} {
 		if err := os.Symlink(filepath.Join(real, name), filepath.Join(bin, name)); err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +160,7 @@ func TestNodeStartFailureIntegration(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(bin, "kube-node"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"kubelet", "kube-proxy", "kube-controller-manager", "kubectl"} {
+	for _, name := range []string{"kube-apiserver", "kubelet", "kube-proxy", "kube-controller-manager", "kubectl"} {
 		if err := os.Symlink(filepath.Join(real, "kube-node", name), filepath.Join(bin, "kube-node", name)); err != nil {
 			t.Fatal(err)
 		}

@@ -60,6 +60,8 @@ type Options struct {
 	Dir string
 	// BinDir holds the etcd and kube-apiserver binaries; empty means BinDir().
 	BinDir string
+	// APIServer, when set, is the kube-apiserver binary to run instead of BinDir's.
+	APIServer string
 	// APIServerPort and EtcdPort fix the ports; zero picks free ones.
 	APIServerPort, EtcdPort int
 	// Wrap, when set, changes each program's command line (the binary first) before it starts:
@@ -99,6 +101,9 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		bin = BinDir()
 	}
 	etcdBin, apiBin := filepath.Join(bin, "etcd"), filepath.Join(bin, "kube-apiserver")
+	if opts.APIServer != "" {
+		apiBin = opts.APIServer
+	}
 	for _, b := range []string{etcdBin, apiBin} {
 		if _, err := os.Stat(b); err != nil {
 			return nil, fmt.Errorf("%s not found: run `make testenv` to build it (%w)", b, err)

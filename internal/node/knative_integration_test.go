@@ -1,0 +1,186 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/imagereflector/reflector/internal/node"
+)
+
+// TestKnativeIntegration installs Knative Serving (with Traefik as its KIngress) and Eventing
+// (in-memory channel, channel-based broker) on the node from the images ko built, sets the
+// feature flags that docs/deploy.md tells a cluster admin to set, builds reflector's images
+// with `make images`, and applies `kubectl apply -k knative/` as docs/deploy.md says: every
+// Knative Service, Trigger, source and binding must become Ready, through real pods.
+func TestKnativeIntegration(t *testing.T) {
+	if os.Getenv("REFLECTOR_CLUSTER_TEST") == "" {
+		t.Skip("starts a single-node cluster in a network namespace, as root: make cluster-test (REFLECTOR_CLUSTER_TEST=1)")
+	}
+	ctx := context.Background()
+	start := time.Now()
+	c, err := node.Start(ctx, node.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpCluster(t, c)
+		}
+		if err := c.Stop(); err != nil {
+			t.Errorf("stopping the cluster: %v", err)
+		}
+	})
+	t.Logf("the cluster was up in %s", time.Since(start).Round(time.Second))
+	step := time.Now()
+	if err := c.InstallKnative(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Knative Serving, Eventing and Traefik were up in %s", time.Since(step).Round(time.Second))
+
+	// The idle window before scale to zero, shortened from Knative's defaults (stable window 60
+	// s, grace period 30 s) so that the rounds below take minutes, not a quarter of an hour;
+	// neither changes how a pod starts.
+	if _, err := c.Kubectl(ctx, nil, "patch", "configmap", "config-autoscaler", "-n", "knative-serving", "--type", "merge",
+		"-p", `{"data":{"stable-window":"6s","scale-to-zero-grace-period":"6s"}}`); err != nil {
+		t.Fatal(err)
+	}
+	features := documentedPatch(t, "config-features")
+	if _, err := c.Kubectl(ctx, nil, "patch", "configmap", "config-features", "-n", "knative-serving", "--type", "merge", "-p", features); err != nil {
+		t.Fatal(err)
+	}
+
+	step = time.Now()
+	tree := manifestTree(t, makeImages(t, c))
+	t.Logf("make images took %s", time.Since(step).Round(time.Second))
+	step = time.Now()
+	if err := applyKustomization(ctx, c, filepath.Join(tree, "knative")); err != nil {
+		t.Fatal(err)
+	}
+	kinds := "ksvc,broker,trigger,apiserversource,sinkbinding"
+	if _, err := c.Kubectl(ctx, nil, "wait", "--for=condition=Ready", kinds, "--all", "-n", "reflector-system", "--timeout=6m"); err != nil {
+		out, _ := c.Kubectl(ctx, nil, "get", kinds, "-n", "reflector-system")
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if _, err := c.Clientset().BatchV1().CronJobs("reflector-system").Get(ctx, "reflector-cron", metav1.GetOptions{}); err != nil {
+		t.Errorf("the cron reconciler's CronJob: %v", err)
+	}
+	t.Logf("knative/ was Ready in %s", time.Since(step).Round(time.Second))
+
+	p := startPushes(ctx, t, c)
+	t.Logf("first push to latestRef (every function starting): %s", ms(p.pushToLatest(ctx, t, "1.0.0", 5*time.Minute)))
+	var warm []time.Duration
+	for i := 1; i <= 10; i++ {
+		warm = append(warm, p.pushToLatest(ctx, t, fmt.Sprintf("1.0.%d", i), time.Minute))
+	}
+	t.Logf("warm push to latestRef: p50 %s, max %s over %d pushes", ms(percentile(warm, 50)), ms(percentile(warm, 100)), len(warm))
+
+	rounds := 10
+	var cold []time.Duration
+	for i := 1; i <= rounds; i++ {
+		if err := waitZero(ctx, c, 4*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		ps, stop := watchPodStarts(ctx, t, c)
+		d := p.pushToLatest(ctx, t, fmt.Sprintf("1.1.%d", i), 3*time.Minute)
+		stop()
+		cold = append(cold, d)
+		t.Logf("round %d from zero: push to latestRef %s (%s)", i, ms(d), ps.summary())
+	}
+	t.Logf("push to latestRef from zero: p50 %s, max %s over %d rounds", ms(percentile(cold, 50)), ms(percentile(cold, 100)), rounds)
+}
+
+// documentedPatch returns the JSON merge patch of the `kubectl patch configmap NAME -n
+// knative-serving` command of docs/deploy.md.
+func documentedPatch(t *testing.T, name string) string {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?s)kubectl patch configmap ` + regexp.QuoteMeta(name) + ` -n knative-serving --type merge -p '([^']*)'`)
+	m := re.FindSubmatch(doc)
+	if m == nil {
+		t.Fatalf("docs/deploy.md has no `kubectl patch configmap %s -n knative-serving` command", name)
+	}
+	if !json.Valid(m[1]) {
+		t.Fatalf("docs/deploy.md: the %s patch is not JSON:\n%s", name, m[1])
+	}
+	return string(m[1])
+}
+
+// manifestTree copies knative/ and the CRDs it includes to a directory of the test, with the
+// images.yaml that `make images` wrote, and returns the directory: the source tree's
+// knative/images.yaml stays as it is.
+func manifestTree(t *testing.T, images []byte) string {
+	t.Helper()
+	tree := t.TempDir()
+	for _, d := range []string{"knative", "config"} {
+		if out, err := exec.Command("cp", "-r", filepath.Join("../..", d), tree).CombinedOutput(); err != nil {
+			t.Fatalf("copying %s: %v\n%s", d, err, out)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(tree, "knative", "images.yaml"), images, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return tree
+}
+
+// applyKustomization runs `kubectl apply -k dir` until it succeeds: the ImageRepository and
+// Knative custom resources it holds are refused until the definitions it applies are served.
+func applyKustomization(ctx context.Context, c *node.Cluster, dir string) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		_, err := c.Kubectl(ctx, nil, "apply", "-k", dir)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// dumpCluster logs what the pods of the cluster are doing and the last lines of each
+// container that is not ready, for a test that failed.
+func dumpCluster(t *testing.T, c *node.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := c.Kubectl(ctx, nil, "get", "pods", "-A", "-o", "wide"); err == nil {
+		t.Logf("pods:\n%s", out)
+	}
+	if out, err := c.Kubectl(ctx, nil, "get", "events", "-A", "--sort-by=.lastTimestamp"); err == nil {
+		lines := strings.Split(out, "\n")
+		if len(lines) > 60 {
+			lines = lines[len(lines)-60:]
+		}
+		t.Logf("events:\n%s", strings.Join(lines, "\n"))
+	}
+	pods, err := c.Clientset().CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, p := range pods.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Ready {
+				continue
+			}
+			args := []string{"logs", "-n", p.Namespace, p.Name, "-c", cs.Name, "--tail=20"}
+			if cs.RestartCount > 0 {
+				args = append(args, "--previous")
+			}
+			out, err := c.Kubectl(ctx, nil, args...)
+			if err != nil {
+				out += err.Error()
+			}
+			t.Logf("%s/%s %s (restarts %d):\n%s", p.Namespace, p.Name, cs.Name, cs.RestartCount, out)
+		}
+	}
+}

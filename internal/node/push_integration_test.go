@@ -1,0 +1,296 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/imagereflector/reflector/internal/node"
+	"github.com/imagereflector/reflector/internal/stack"
+)
+
+// pushRegistryPort is where the test's docker-registry listens at the node's address: the
+// registry that notifies reflector-webhook of each push.
+const pushRegistryPort = 5001
+
+var policies = schema.GroupVersionResource{Group: "image.toolkit.fluxcd.io", Version: "v1", Resource: "imagepolicies"}
+
+// pushes is what the end-to-end part of the Knative test drives: Debian's docker-registry in the
+// node's namespaces, notifying the public route of reflector-webhook, and a namespace with an
+// ImageRepository of it and an ImagePolicy.
+type pushes struct {
+	c         *node.Cluster
+	namespace string
+	repo      string // host/path of the image, as the ImageRepository names it
+	transport http.RoundTripper
+}
+
+// startPushes starts docker-registry with a notification endpoint at the public host of
+// reflector-webhook, which resolves, in the node's mount namespace, to Traefik's public
+// Service, as a cluster's DNS record for its domain would; and makes namespace team with the
+// receiver's Secret, an ImageRepository and a semver ImagePolicy.
+func startPushes(ctx context.Context, t *testing.T, c *node.Cluster) *pushes {
+	t.Helper()
+	kube := c.Clientset()
+	svc, err := kube.CoreV1().Services("traefik").Get(ctx, "traefik", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := "reflector-webhook.reflector-system." + node.KnativeDomain
+	hosts := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(hosts, []byte(fmt.Sprintf("127.0.0.1 localhost\n%s %s\n", svc.Spec.ClusterIP, host)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.NS.Run("mount", "--bind", hosts, "/etc/hosts"); err != nil {
+		t.Fatal(err)
+	}
+	p := &pushes{c: c, namespace: "team", repo: fmt.Sprintf("%s:%d/app", node.NodeIP, pushRegistryPort),
+		transport: &http.Transport{DialContext: c.NS.DialContext}}
+	token := "push-token-0123456789abcdef"
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.yml")
+	hook := fmt.Sprintf("http://%s/hook/distribution/%s", host, p.namespace)
+	if err := os.WriteFile(cfg, []byte(stack.RegistryConfig(filepath.Join(dir, "data"), fmt.Sprintf("%s:%d", node.NodeIP, pushRegistryPort), hook, token, time.Second)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := exec.LookPath(stack.Registry)
+	if err != nil {
+		t.Fatalf("%s: %v (hack/deps.sh installs it)", stack.Registry, err)
+	}
+	if _, err := c.StartProgram("push-registry", bin, nil, "serve", cfg); err != nil {
+		t.Fatal(err)
+	}
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata:
+  name: %[1]s
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: reflector-webhook
+  namespace: %[1]s
+stringData:
+  token: %[2]s
+---
+apiVersion: image.toolkit.fluxcd.io/v1
+kind: ImageRepository
+metadata:
+  name: app
+  namespace: %[1]s
+spec:
+  image: %[3]s
+  insecure: true
+  interval: 1h
+---
+apiVersion: image.toolkit.fluxcd.io/v1
+kind: ImagePolicy
+metadata:
+  name: app
+  namespace: %[1]s
+spec:
+  imageRepositoryRef:
+    name: app
+  policy:
+    semver:
+      range: ">=1.0.0"
+`, p.namespace, token, p.repo)
+	if _, err := c.Apply(ctx, "", []byte(manifest)); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// push pushes a new image as tag and returns when the registry has it.
+func (p *pushes) push(t *testing.T, tag string) {
+	t.Helper()
+	img, err := random.Image(256, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.NewTag(p.repo+":"+tag, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img, remote.WithTransport(p.transport)); err != nil {
+		t.Fatalf("pushing %s: %v", ref, err)
+	}
+}
+
+// latestRef returns the ImagePolicy's status.latestRef as image:tag ("" when it has none).
+func latestRef(obj *unstructured.Unstructured) string {
+	img, _, _ := unstructured.NestedString(obj.Object, "status", "latestRef", "name")
+	tag, _, _ := unstructured.NestedString(obj.Object, "status", "latestRef", "tag")
+	if img == "" {
+		return ""
+	}
+	return img + ":" + tag
+}
+
+// pushToLatest pushes tag and returns how long the ImagePolicy took to show it as latestRef,
+// from the moment the registry had it, watching the policy.
+func (p *pushes) pushToLatest(ctx context.Context, t *testing.T, tag string, within time.Duration) time.Duration {
+	t.Helper()
+	res := p.c.Dynamic().Resource(policies).Namespace(p.namespace)
+	cur, err := res.Get(ctx, "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	w, err := res.Watch(wctx, metav1.ListOptions{FieldSelector: "metadata.name=app", ResourceVersion: cur.GetResourceVersion()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	p.push(t, tag)
+	pushed := time.Now()
+	want := p.repo + ":" + tag
+	for ev := range w.ResultChan() {
+		if ev.Type != watch.Modified {
+			continue
+		}
+		if obj, ok := ev.Object.(*unstructured.Unstructured); ok && latestRef(obj) == want {
+			return time.Since(pushed)
+		}
+	}
+	got, _ := res.Get(ctx, "app", metav1.GetOptions{})
+	t.Fatalf("latestRef is not %s within %s after the push: %s", want, within, latestRef(got))
+	return 0
+}
+
+// functions are reflector's Knative Services.
+var functions = []string{"reflector-webhook", "reflector-scan", "reflector-policy"}
+
+// functionPods returns the running pods of the functions, by Service.
+func functionPods(ctx context.Context, c *node.Cluster) (map[string]int, error) {
+	pods, err := c.Clientset().CoreV1().Pods("reflector-system").List(ctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/service"})
+	if err != nil {
+		return nil, err
+	}
+	n := map[string]int{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			n[p.Labels["serving.knative.dev/service"]]++
+		}
+	}
+	return n, nil
+}
+
+// waitZero waits until no function has a pod.
+func waitZero(ctx context.Context, c *node.Cluster, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		n, err := functionPods(ctx, c)
+		if err == nil && len(n) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("function pods after %s: %v (%v)", within, n, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// podStarts records, from a watch on the functions' pods, when this process saw each pod
+// created, scheduled, its containers started and ready: the pod's own timestamps have
+// whole-second resolution.
+type podStarts struct {
+	seen map[string]*podStart
+}
+
+type podStart struct {
+	service                            string
+	created, scheduled, started, ready time.Time
+}
+
+func watchPodStarts(ctx context.Context, t *testing.T, c *node.Cluster) (*podStarts, func()) {
+	t.Helper()
+	wctx, cancel := context.WithCancel(ctx)
+	w, err := c.Clientset().CoreV1().Pods("reflector-system").Watch(wctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/service"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := &podStarts{seen: map[string]*podStart{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			now := time.Now()
+			s := ps.seen[pod.Name]
+			if s == nil {
+				s = &podStart{service: pod.Labels["serving.knative.dev/service"], created: now}
+				ps.seen[pod.Name] = s
+			}
+			if s.scheduled.IsZero() && pod.Spec.NodeName != "" {
+				s.scheduled = now
+			}
+			if s.started.IsZero() {
+				for _, cs := range pod.Status.ContainerStatuses {
+					if cs.State.Running != nil {
+						s.started = now
+					}
+				}
+			}
+			if s.ready.IsZero() {
+				for _, cond := range pod.Status.Conditions {
+					if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+						s.ready = now
+					}
+				}
+			}
+		}
+	}()
+	return ps, func() { cancel(); w.Stop(); <-done }
+}
+
+// percentile returns the p-th percentile (0 to 100) of ds, nearest rank.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(p/100*float64(len(s))+0.5) - 1
+	if i < 0 {
+		i = 0
+	}
+	if i >= len(s) {
+		i = len(s) - 1
+	}
+	return s[i]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+
+// summary lists the pod starts of a round by Service: created to scheduled, scheduled to the
+// container running (sandbox, volume, image, process start), running to ready.
+func (ps *podStarts) summary() string {
+	var out []string
+	for _, s := range ps.seen {
+		if s.ready.IsZero() || s.scheduled.IsZero() || s.started.IsZero() {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s: schedule %s, start %s, ready %s", s.service,
+			ms(s.scheduled.Sub(s.created)), ms(s.started.Sub(s.scheduled)), ms(s.ready.Sub(s.started))))
+	}
+	sort.Strings(out)
+	return strings.Join(out, "; ")
+}
