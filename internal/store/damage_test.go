@@ -14,7 +14,7 @@ import (
 
 // seedDamageStore writes n entries of 500 tags each with a writer that
 // closes, and returns the directory.
-func seedDamageStore(t *testing.T, n int) string {
+func seedDamageStore(t testing.TB, n int) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "tags")
 	s := New(dir)
