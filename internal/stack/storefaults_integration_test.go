@@ -144,11 +144,11 @@ func countLines(t *testing.T, s *stack.Stack, c, text string) int {
 // latestRef kept) and moves nothing. Then the scan function and the cron reconciler come back:
 // the first writer sets the directory aside and starts an empty store, the cron reconciler has
 // the repository listed again, and the policy is Ready with the same latestRef, then follows a
-// push, without anyone's help. Each damage is logged once and counted. One stack takes the
-// damages in turn: MANIFEST, a value-log file, a table's index, a table's first block, which
-// Badger alone would pass over as a key it does not have, so that the policy function took the
-// repository for one never scanned, and the trailer of a table's last block, on which Badger
-// alone kills every process that opens the directory.
+// push, without anyone's help, and no process exits. Each damage is logged once and counted.
+// One stack takes the damages in turn: MANIFEST, a value-log file, a table's index, a table's
+// first block, which Badger alone would pass over as a key it does not have, so that the policy
+// function took the repository for one never scanned, and the trailer of a table's last block,
+// on which Badger alone kills every process that opens the directory.
 func TestDamagedStoreHealsIntegration(t *testing.T) {
 	ctx := context.Background()
 	s := start(t, stack.Options{CronEvery: 2 * time.Second})
@@ -226,6 +226,11 @@ func TestDamagedStoreHealsIntegration(t *testing.T) {
 		}
 		if lines != i+1 {
 			t.Errorf("after %s: %d log lines say the store was damaged and rebuilt, want %d, one per damage", d.name, lines, i+1)
+		}
+		for _, c := range []string{stack.Scan, stack.Policy, stack.Cron} {
+			if st := s.Status(c); st.Restarts != 0 {
+				t.Errorf("after %s: %s restarted %d times (last exit %s)", d.name, c, st.Restarts, st.LastExit)
+			}
 		}
 	}
 }
@@ -360,4 +365,86 @@ func TestFullStoreIntegration(t *testing.T) {
 		t.Error("reflector_store_full_total counted no refused write")
 	}
 	t.Logf("%v writes or writer opens refused while the volume was full", full)
+}
+
+// TestDamagedEntryHealsIntegration damages one repository's tag list inside a value-log file
+// of the store the running functions share, while they are stopped: the directory opens, so
+// nothing is set aside, but the policy function's read of that list fails its checksum and the
+// policy says so (TagStoreDamaged, latestRef kept). Once the writers are back, the cron
+// reconciler has the repository listed again, which writes the list anew, and the policy is
+// Ready with the same latestRef, then follows a new tag, without anyone's help.
+func TestDamagedEntryHealsIntegration(t *testing.T) {
+	ctx := context.Background()
+	s := start(t, stack.Options{CronEvery: 2 * time.Second})
+	reg := testenv.NewRegistry(t)
+	// Lists over 1 KiB are kept in the value log (docs/store.md, Badger options).
+	var tags []string
+	for i := range 150 {
+		tags = append(tags, fmt.Sprintf("v1.0.%03d", i))
+	}
+	reg.Push(t, "big/app", tags...)
+	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(hostileManifests, reg.Image("big/app")))); err != nil {
+		t.Fatal(err)
+	}
+	waitLatest(t, s, "hostile-alphabetical", "v1.0.149")
+	stop := latestGuard(t, s, "hostile-alphabetical", "v1.0.149", "v1.0.150")
+	defer stop()
+
+	for _, c := range []string{stack.Cron, stack.Scan, stack.Policy} {
+		if err := s.Kill(c, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The largest value-log file is the one that holds the list.
+	vlogs, err := filepath.Glob(filepath.Join(s.StoreDir(), "*.vlog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var largest string
+	var size int64
+	for _, p := range vlogs {
+		if fi, err := os.Stat(p); err == nil && fi.Size() > size {
+			largest, size = p, fi.Size()
+		}
+	}
+	if size < 1<<10 {
+		t.Fatalf("no value-log file holds a list: the largest of %v has %d bytes", vlogs, size)
+	}
+	damageFile(t, s.StoreDir(), filepath.Base(largest), func(b []byte) int { return len(b) / 2 })
+
+	if err := s.Restart(ctx, stack.Policy); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Kube.Policies.RequestReconcile(ctx, "default", "hostile-alphabetical", time.Now().Format(time.RFC3339Nano)); err != nil {
+		t.Fatal(err)
+	}
+	msg := waitReady(t, s, v1.ImagePolicyKind, "hostile-alphabetical", "False", v1.TagStoreDamagedReason)
+	if !strings.Contains(msg, "tag store is unreadable") {
+		t.Errorf("policy message %q does not say the store is unreadable", msg)
+	}
+	back := time.Now()
+	for _, c := range []string{stack.Scan, stack.Cron} {
+		if err := s.Restart(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitReady(t, s, v1.ImagePolicyKind, "hostile-alphabetical", "True", v1.SucceededReason)
+	t.Logf("policy Ready again %s after the writers were started", time.Since(back).Round(10*time.Millisecond))
+	waitReady(t, s, v1.ImageRepositoryKind, "hostile", "True", v1.SucceededReason)
+	if _, err := os.Stat(filepath.Join(s.StoreDir(), "reflector.damaged")); err == nil {
+		t.Error("a damaged entry set the store aside")
+	}
+	for _, c := range []string{stack.Scan, stack.Cron} {
+		if v, _ := testenv.Scrape(t, s.Metrics[c]).Value("reflector_store_damage_total", map[string]string{"action": "rebuilt"}); v != 0 {
+			t.Errorf("%s rebuilt the store %v times for a damaged entry", c, v)
+		}
+	}
+	reg.Push(t, "big/app", "v1.0.150")
+	scanned(t, s, "hostile")
+	waitLatest(t, s, "hostile-alphabetical", "v1.0.150")
+	for _, c := range []string{stack.Scan, stack.Policy, stack.Cron} {
+		if st := s.Status(c); st.Restarts != 0 {
+			t.Errorf("%s restarted %d times (last exit %s)", c, st.Restarts, st.LastExit)
+		}
+	}
 }
