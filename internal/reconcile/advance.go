@@ -8,6 +8,7 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/policy"
 	"github.com/imagereflector/reflector/internal/store"
@@ -83,8 +84,13 @@ func advanceable(pol *v1.ImagePolicy, token string, d *delta, image string) bool
 // tags' digests. ok is false when the answer needs the registry or the whole list: a digest the
 // policy reflects Always that is due again because latest stays, an added tag without its
 // digest, or added tags the rule cannot order (a numerical tag that is not a number), whose
-// failure a full evaluation reports.
+// failure a full evaluation reports, or a latest tag outside the distribution spec's grammar,
+// which a version before the grammar was enforced may have selected and the store no longer
+// returns.
 func Advance(sel *policy.Selector, reflect v1.ReflectionPolicy, latest v1.ImageRef, tags []string, digests map[string]string) (v1.ImageRef, bool) {
+	if !imagename.ValidTag(latest.Tag) {
+		return v1.ImageRef{}, false
+	}
 	tag, err := sel.Latest(append([]string{latest.Tag}, tags...))
 	if err != nil {
 		return v1.ImageRef{}, false

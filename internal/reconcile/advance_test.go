@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/policy"
 )
 
@@ -78,10 +79,11 @@ func fullLatest(sel *policy.Selector, reflect v1.ReflectionPolicy, tags []string
 	return ref, nil
 }
 
-// storedAfter is what a scan stores: the tags an exclusion list keeps, sorted and unique.
+// storedAfter is what a scan stores: the tags of the grammar that an exclusion list keeps,
+// sorted and unique.
 func storedAfter(tags []string, exclude []*regexp.Regexp) []string {
 	out := slices.DeleteFunc(slices.Clone(tags), func(t string) bool {
-		return slices.ContainsFunc(exclude, func(re *regexp.Regexp) bool { return re.MatchString(t) })
+		return !imagename.ValidTag(t) || slices.ContainsFunc(exclude, func(re *regexp.Regexp) bool { return re.MatchString(t) })
 	})
 	slices.Sort(out)
 	return slices.Compact(out)
@@ -173,6 +175,22 @@ func TestAdvanceIsAFullEvaluation(t *testing.T) {
 			for _, reflect := range reflects {
 				checkAdvance(t, i, reflect, r.IntN(len(advanceExclusions)), stored, pushed, digests)
 			}
+		}
+	}
+}
+
+// A latestRef outside the grammar, which a version before the grammar was enforced may have
+// selected, is no base to advance from: the full evaluation that replaces it reads the store,
+// which no longer returns it.
+func TestAdvanceNeverKeepsATagOutsideTheGrammar(t *testing.T) {
+	sel, err := policy.NewSelector(v1.ImagePolicySpec{Policy: v1.ImagePolicyChoice{Alphabetical: &v1.AlphabeticalPolicy{Order: "asc"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tag := range []string{"zz\x1b[31m", "zz\u202e", "1.0.0+build.1", ""} {
+		latest := v1.ImageRef{Name: "example.test/app", Tag: tag}
+		if got, ok := Advance(sel, v1.ReflectNever, latest, []string{"a1"}, nil); ok {
+			t.Errorf("Advance from latest tag %q = %+v, want a full evaluation", tag, got)
 		}
 	}
 }

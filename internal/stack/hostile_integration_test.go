@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
@@ -191,21 +193,23 @@ func TestHostileRegistryIntegration(t *testing.T) {
 		if res := repo.Status.LastScanResult; res == nil || res.TagCount != 2 {
 			t.Errorf("the failure lost the last scan result: %+v", res)
 		}
-		evs, err := s.Kube.Events.List(ctx, "default", metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		warned := false
-		for _, e := range evs.Items {
-			if e.InvolvedObject.Name == "hostile" && e.Type == "Warning" {
-				warned = true
-				if len(e.Message) > redact.MaxText || strings.ContainsAny(e.Message, "\x1b\u202e") {
-					t.Errorf("Event message of %d bytes: %.200q", len(e.Message), e.Message)
+		// The recorder posts Events in the background, after the status write.
+		var evs *corev1.EventList
+		testenv.Eventually(t, 30*time.Second, func() (err error) {
+			if evs, err = s.Kube.Events.List(ctx, "default", metav1.ListOptions{}); err != nil {
+				return err
+			}
+			for _, e := range evs.Items {
+				if e.InvolvedObject.Name == "hostile" && e.Type == "Warning" {
+					return nil
 				}
 			}
-		}
-		if !warned {
-			t.Error("no Warning Event about the failure")
+			return errors.New("no Warning Event about the failure")
+		})
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == "hostile" && (len(e.Message) > redact.MaxText || strings.ContainsAny(e.Message, "\x1b\u202e")) {
+				t.Errorf("Event message of %d bytes: %.200q", len(e.Message), e.Message)
+			}
 		}
 		statuses, _ := json.Marshal(repo.Status)
 		eventsJSON, _ := json.Marshal(evs.Items)

@@ -2,6 +2,7 @@ package stack_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net/http"
 	"os"
@@ -23,8 +24,8 @@ import (
 )
 
 // damageFile flips 64 bytes of the first file in dir whose name ends in suffix, at the offset
-// that where returns for its size.
-func damageFile(t *testing.T, dir, suffix string, where func(int) int) {
+// that where returns for its content.
+func damageFile(t *testing.T, dir, suffix string, where func([]byte) int) {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -39,7 +40,7 @@ func damageFile(t *testing.T, dir, suffix string, where func(int) int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		off := where(len(b))
+		off := where(b)
 		if off < 0 || off+16 > len(b) {
 			t.Fatalf("%s has %d bytes, too few to damage at %d", p, len(b), off)
 		}
@@ -49,9 +50,21 @@ func damageFile(t *testing.T, dir, suffix string, where func(int) int) {
 		if err := os.WriteFile(p, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("damaged %s (%d bytes) at %d", e.Name(), len(b), off)
 		return
 	}
 	t.Fatalf("no file *%s in %s", suffix, dir)
+}
+
+// lastBlockTrailer is where the last 64 bytes of a Badger table's last block start: its entry
+// offsets and count, checksum and checksum length, followed by the index, its length, its
+// checksum and that checksum's length. Badger (v4.9) alone dies in a goroutine of its own on
+// such a damage, at every open.
+func lastBlockTrailer(b []byte) int {
+	n := len(b)
+	sumLen := int(binary.BigEndian.Uint32(b[n-4:]))
+	indexLen := int(binary.BigEndian.Uint32(b[n-8-sumLen:]))
+	return n - 8 - sumLen - indexLen - 64
 }
 
 // latestGuard fails the test if the policy's latestRef is ever seen other than one of the tags
@@ -131,8 +144,11 @@ func countLines(t *testing.T, s *stack.Stack, c, text string) int {
 // latestRef kept) and moves nothing. Then the scan function and the cron reconciler come back:
 // the first writer sets the directory aside and starts an empty store, the cron reconciler has
 // the repository listed again, and the policy is Ready with the same latestRef, then follows a
-// push, without anyone's help. Each damage is logged once and counted. One stack takes the
-// damages in turn: MANIFEST, a value-log file, a table.
+// push, without anyone's help, and no process exits. Each damage is logged once and counted.
+// One stack takes the damages in turn: MANIFEST, a value-log file, a table's index, a table's
+// first block, which Badger alone would pass over as a key it does not have, so that the policy
+// function took the repository for one never scanned, and the trailer of a table's last block,
+// on which Badger alone kills every process that opens the directory.
 func TestDamagedStoreHealsIntegration(t *testing.T) {
 	ctx := context.Background()
 	s := start(t, stack.Options{CronEvery: 2 * time.Second})
@@ -144,16 +160,18 @@ func TestDamagedStoreHealsIntegration(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLatest(t, s, "stable", "1.0.0")
-	stop := latestGuard(t, s, "stable", "1.0.0", "1.1.0", "1.2.0", "1.3.0")
+	stop := latestGuard(t, s, "stable", "1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0")
 	defer stop()
 
 	for i, d := range []struct {
 		name, suffix string
-		where        func(int) int
+		where        func([]byte) int
 	}{
-		{"manifest", "MANIFEST", func(int) int { return 8 }},
-		{"value log", ".vlog", func(int) int { return 0 }},
-		{"table", ".sst", func(n int) int { return n - 200 }},
+		{"manifest", "MANIFEST", func([]byte) int { return 8 }},
+		{"value log", ".vlog", func([]byte) int { return 0 }},
+		{"table index", ".sst", func(b []byte) int { return len(b) - 200 }},
+		{"table block", ".sst", func([]byte) int { return 16 }},
+		{"table block trailer", ".sst", lastBlockTrailer},
 	} {
 		for _, c := range []string{stack.Cron, stack.Scan, stack.Policy} {
 			if err := s.Kill(c, syscall.SIGTERM); err != nil {
@@ -209,13 +227,19 @@ func TestDamagedStoreHealsIntegration(t *testing.T) {
 		if lines != i+1 {
 			t.Errorf("after %s: %d log lines say the store was damaged and rebuilt, want %d, one per damage", d.name, lines, i+1)
 		}
+		for _, c := range []string{stack.Scan, stack.Policy, stack.Cron} {
+			if st := s.Status(c); st.Restarts != 0 {
+				t.Errorf("after %s: %s restarted %d times (last exit %s)", d.name, c, st.Restarts, st.LastExit)
+			}
+		}
 	}
 }
 
 // TestFullStoreIntegration runs the whole system on a tag store whose volume is a small tmpfs,
 // fills the volume and pushes: the scan function cannot store the pushed tag and says so
-// (Ready=False, TagStoreFull), the policy keeps its latestRef, no process exits and /healthz
-// keeps answering. Once room returns, the cron reconciler has the repository scanned again and
+// (Ready=False, TagStoreFull, never Ready=True nor a new lastScanResult while full), the policy
+// keeps its latestRef, the cron reconciler goes on passing and meets the full volume too, no
+// process exits and /healthz keeps answering. Once room returns, the cron reconciler has the repository scanned again and
 // the policy moves on, without anyone's help. It mounts a tmpfs, which needs root: run it with
 // REFLECTOR_FAULTS_TEST=1 (make faults-test).
 func TestFullStoreIntegration(t *testing.T) {
@@ -279,6 +303,8 @@ func TestFullStoreIntegration(t *testing.T) {
 
 	filler := filepath.Join(storeDir, "filler")
 	testenv.FillVolume(t, filler, 1<<20)
+	cronFullBefore, _ := testenv.Scrape(t, s.Metrics[stack.Cron]).Value("reflector_store_full_total", nil)
+	passesBefore, _ := testenv.Scrape(t, s.Metrics[stack.Cron]).Value("reflector_cron_passes_total", nil)
 	if _, err := stack.Push(image + ":1.1.0"); err != nil {
 		t.Fatal(err)
 	}
@@ -286,10 +312,30 @@ func TestFullStoreIntegration(t *testing.T) {
 	if !strings.Contains(msg, "tag store is full") {
 		t.Errorf("repository message %q does not say the store is full", msg)
 	}
-	// Several cron passes and retried deliveries against the full store.
-	time.Sleep(6 * time.Second)
+	// Several cron passes and retried deliveries against the full store, during which no
+	// status may say that a scan succeeded: none of them could store its tags.
+	for deadline := time.Now().Add(6 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		r, err := s.Kube.Repositories.Get(ctx, "default", "app")
+		if err != nil {
+			continue
+		}
+		if c := ready(r); c.Status != metav1.ConditionFalse || c.Reason != v1.TagStoreFullReason {
+			t.Fatalf("repository on a full store: Ready %s %s %q, want False %s", c.Status, c.Reason, c.Message, v1.TagStoreFullReason)
+		}
+		if res := r.Status.LastScanResult; res == nil || res.TagCount != 1 || strings.Join(res.LatestTags, ",") != "1.0.0" {
+			t.Fatalf("repository on a full store: lastScanResult %+v, want the last stored one (1.0.0)", res)
+		}
+	}
 	if p, err := s.Kube.Policies.Get(ctx, "default", "stable"); err != nil || refTag(p.Status.LatestRef) != "1.0.0" {
 		t.Fatalf("policy on a full store: %v, %v; want latestRef 1.0.0 kept", p, err)
+	}
+	// The cron reconciler went on passing and met the full volume itself.
+	cron := testenv.Scrape(t, s.Metrics[stack.Cron])
+	cronFull, _ := cron.Value("reflector_store_full_total", nil)
+	passes, _ := cron.Value("reflector_cron_passes_total", nil)
+	if cronFull <= cronFullBefore || passes < passesBefore+2 {
+		t.Errorf("cron reconciler on the full volume: %v refused writes (%v before), %v passes (%v before); want refusals and at least two passes",
+			cronFull, cronFullBefore, passes, passesBefore)
 	}
 
 	if err := os.Remove(filler); err != nil {
@@ -319,4 +365,86 @@ func TestFullStoreIntegration(t *testing.T) {
 		t.Error("reflector_store_full_total counted no refused write")
 	}
 	t.Logf("%v writes or writer opens refused while the volume was full", full)
+}
+
+// TestDamagedEntryHealsIntegration damages one repository's tag list inside a value-log file
+// of the store the running functions share, while they are stopped: the directory opens, so
+// nothing is set aside, but the policy function's read of that list fails its checksum and the
+// policy says so (TagStoreDamaged, latestRef kept). Once the writers are back, the cron
+// reconciler has the repository listed again, which writes the list anew, and the policy is
+// Ready with the same latestRef, then follows a new tag, without anyone's help.
+func TestDamagedEntryHealsIntegration(t *testing.T) {
+	ctx := context.Background()
+	s := start(t, stack.Options{CronEvery: 2 * time.Second})
+	reg := testenv.NewRegistry(t)
+	// Lists over 1 KiB are kept in the value log (docs/store.md, Badger options).
+	var tags []string
+	for i := range 150 {
+		tags = append(tags, fmt.Sprintf("v1.0.%03d", i))
+	}
+	reg.Push(t, "big/app", tags...)
+	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(hostileManifests, reg.Image("big/app")))); err != nil {
+		t.Fatal(err)
+	}
+	waitLatest(t, s, "hostile-alphabetical", "v1.0.149")
+	stop := latestGuard(t, s, "hostile-alphabetical", "v1.0.149", "v1.0.150")
+	defer stop()
+
+	for _, c := range []string{stack.Cron, stack.Scan, stack.Policy} {
+		if err := s.Kill(c, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The largest value-log file is the one that holds the list.
+	vlogs, err := filepath.Glob(filepath.Join(s.StoreDir(), "*.vlog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var largest string
+	var size int64
+	for _, p := range vlogs {
+		if fi, err := os.Stat(p); err == nil && fi.Size() > size {
+			largest, size = p, fi.Size()
+		}
+	}
+	if size < 1<<10 {
+		t.Fatalf("no value-log file holds a list: the largest of %v has %d bytes", vlogs, size)
+	}
+	damageFile(t, s.StoreDir(), filepath.Base(largest), func(b []byte) int { return len(b) / 2 })
+
+	if err := s.Restart(ctx, stack.Policy); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Kube.Policies.RequestReconcile(ctx, "default", "hostile-alphabetical", time.Now().Format(time.RFC3339Nano)); err != nil {
+		t.Fatal(err)
+	}
+	msg := waitReady(t, s, v1.ImagePolicyKind, "hostile-alphabetical", "False", v1.TagStoreDamagedReason)
+	if !strings.Contains(msg, "tag store is unreadable") {
+		t.Errorf("policy message %q does not say the store is unreadable", msg)
+	}
+	back := time.Now()
+	for _, c := range []string{stack.Scan, stack.Cron} {
+		if err := s.Restart(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitReady(t, s, v1.ImagePolicyKind, "hostile-alphabetical", "True", v1.SucceededReason)
+	t.Logf("policy Ready again %s after the writers were started", time.Since(back).Round(10*time.Millisecond))
+	waitReady(t, s, v1.ImageRepositoryKind, "hostile", "True", v1.SucceededReason)
+	if _, err := os.Stat(filepath.Join(s.StoreDir(), "reflector.damaged")); err == nil {
+		t.Error("a damaged entry set the store aside")
+	}
+	for _, c := range []string{stack.Scan, stack.Cron} {
+		if v, _ := testenv.Scrape(t, s.Metrics[c]).Value("reflector_store_damage_total", map[string]string{"action": "rebuilt"}); v != 0 {
+			t.Errorf("%s rebuilt the store %v times for a damaged entry", c, v)
+		}
+	}
+	reg.Push(t, "big/app", "v1.0.150")
+	scanned(t, s, "hostile")
+	waitLatest(t, s, "hostile-alphabetical", "v1.0.150")
+	for _, c := range []string{stack.Scan, stack.Policy, stack.Cron} {
+		if st := s.Status(c); st.Restarts != 0 {
+			t.Errorf("%s restarted %d times (last exit %s)", c, st.Restarts, st.LastExit)
+		}
+	}
 }

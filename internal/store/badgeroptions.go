@@ -37,29 +37,23 @@ func (s *Store) badgerOptions(readOnly bool) badger.Options {
 		// compacting it then keeps reads fast and the discard statistics,
 		// which value-log GC relies on, current.
 		WithCompactL0OnClose(true).
-		// A damaged table block is then an error rather than garbage. Badger
-		// passes it over as a key it does not have, so a writer also checks
-		// every table when it opens: a damaged one fails the open, and the
-		// writer rebuilds the store (see rebuild). The tables hold keys,
-		// metadata and value pointers only, so this costs little.
-		WithChecksumVerificationMode(checksumMode(readOnly)).
+		// Every table is checked when the directory opens, by readers and
+		// writers alike: a damaged one fails the open, which a writer then
+		// rebuilds (see rebuild) and a reader reports. Checked only as blocks
+		// are read (OnBlockRead), a damaged block is passed over as a key
+		// Badger does not have, and a reader took a repository whose tags
+		// were damaged for one never scanned. The tables hold keys, metadata
+		// and value pointers only, so this costs little (docs/store.md).
+		// Not OnTableAndBlockRead: when a block fails the check at open in
+		// that mode, Badger (v4.9) derefs the block it did not return and the
+		// process dies in one of its goroutines; OnTableRead reads blocks
+		// unchecked at open and checks each itself.
+		WithChecksumVerificationMode(badgeropts.OnTableRead).
 		// A damaged value is then a checksum error. Without it Badger decodes
 		// the damaged header and, when the lengths do not fit, returns an
 		// error that leaves the file's read lock held, after which Close
 		// waits for ever.
 		WithVerifyValueChecksum(true)
-}
-
-// checksumMode is when Badger verifies table checksums: for a reader on
-// every block read, for a writer on opening each table. Not both: when a
-// block fails the check at open in OnTableAndBlockRead, Badger (v4.9) derefs
-// the block it did not return and the process dies in one of its goroutines.
-// In OnTableRead the open reads blocks unchecked and checks each itself.
-func checksumMode(readOnly bool) badgeropts.ChecksumVerificationMode {
-	if readOnly {
-		return badgeropts.OnBlockRead
-	}
-	return badgeropts.OnTableRead
 }
 
 // Value-log file sizes: a value, hence a tag list, must fit in one file.

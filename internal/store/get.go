@@ -113,7 +113,8 @@ func readEntry(txn *badger.Txn, key string, id Identity) (Entry, error) {
 		}
 		return nil
 	})
-	return Entry{Tags: tags, Revision: m.Revision, ScanTime: m.ScanTime, Identity: m.Identity}, readError(err)
+	// The revision stays the stored list's, which the returned one is a function of.
+	return Entry{Tags: keepValid(tags), Revision: m.Revision, ScanTime: m.ScanTime, Identity: m.Identity}, readError(err)
 }
 
 // readError reports a value that Badger could not read (a checksum that does

@@ -82,7 +82,7 @@ func (s *Store) openOnce(write bool) (*badger.DB, error) {
 			return nil, err
 		}
 	}
-	db, err := badger.Open(s.badgerOptions(!write))
+	db, err := s.openBadger(!write)
 	if err == nil || isLocked(err) {
 		return db, err
 	}
@@ -90,7 +90,7 @@ func (s *Store) openOnce(write bool) (*badger.DB, error) {
 		if err := s.replay(); err != nil {
 			return nil, err
 		}
-		db, err = badger.Open(s.badgerOptions(true))
+		db, err = s.openBadger(true)
 		if err == nil || isLocked(err) {
 			return db, err
 		}
@@ -106,13 +106,21 @@ func (s *Store) openOnce(write bool) (*badger.DB, error) {
 	return nil, err
 }
 
+// openBadger opens the directory with Badger once its tables passed checkTables.
+func (s *Store) openBadger(readOnly bool) (*badger.DB, error) {
+	if err := s.checkTables(readOnly); err != nil {
+		return nil, err
+	}
+	return badger.Open(s.badgerOptions(readOnly))
+}
+
 // replay opens the directory read-write once and closes it, which makes
 // Badger create a missing store or replay a log left by a writer that died.
 func (s *Store) replay() error {
 	if err := s.room(0); err != nil {
 		return err
 	}
-	rw, err := badger.Open(s.badgerOptions(false))
+	rw, err := s.openBadger(false)
 	if err != nil {
 		if isLocked(err) {
 			return err

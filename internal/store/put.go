@@ -10,7 +10,8 @@ import (
 )
 
 // Put replaces the entry of key with a full listing taken at scanTime for
-// id. The list is stored sorted and without duplicates. changed reports
+// id. The list is stored sorted, without duplicates and without tags outside
+// the distribution spec's grammar (see keepValid). changed reports
 // whether the revision or the identity differs from the stored one (or
 // nothing was stored), which is when policies need evaluating again.
 func (s *Store) Put(ctx context.Context, key string, id Identity, tags []string, scanTime time.Time) (e Entry, changed bool, err error) {
@@ -121,13 +122,14 @@ func intact(txn *badger.Txn, key, rev string) bool {
 
 // mergeTags inserts the tags of add missing from the sorted list, without
 // re-sorting a list that may hold 100k tags for the one a push adds. It
-// returns the merged list and the tags it inserted, in the order of add.
+// returns the merged list and the tags it inserted, in the order of add;
+// tags outside the grammar are not inserted.
 func mergeTags(sorted, add []string) ([]string, []string) {
 	out := sorted
 	var added []string
 	for _, t := range add {
 		i, found := slices.BinarySearch(out, t)
-		if found {
+		if found || invalidTag(t) {
 			continue
 		}
 		if added == nil {

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/imagereflector/reflector/internal/imagename"
 )
 
 // Entry is what the store holds for one ImageRepository.
@@ -101,6 +104,23 @@ func decodeTags(b []byte, revision string) ([]string, error) {
 		return nil, err
 	}
 	return tags, nil
+}
+
+// invalidTag reports a tag outside the distribution spec's grammar.
+func invalidTag(tag string) bool { return !imagename.ValidTag(tag) }
+
+// keepValid removes from tags, in place, the tags outside the distribution
+// spec's grammar (imagename.ValidTag). Scans leave them out, but an entry
+// written before they did may hold them, and what a policy selects ends up
+// in Git: the store neither writes nor returns them. Such a tag cannot be
+// pulled by name from any registry (they refuse it on push), so nothing that
+// exists is lost. It allocates nothing when every tag is valid, the usual
+// case.
+func keepValid(tags []string) []string {
+	if !slices.ContainsFunc(tags, invalidTag) {
+		return tags
+	}
+	return slices.DeleteFunc(tags, invalidTag)
 }
 
 // splitTags decodes the common form of a stored list, a compact JSON array

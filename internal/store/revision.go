@@ -12,17 +12,19 @@ import (
 const revisionPrefix = "sha256:"
 
 // RevisionOf returns the revision the store gives to a tag list: "sha256:"
-// and the hex SHA-256 of the compact JSON array of the sorted, de-duplicated
-// tags. Order and duplicates in tags do not change it.
+// and the hex SHA-256 of the compact JSON array of the sorted, de-duplicated,
+// valid tags. Order, duplicates and tags outside the distribution spec's
+// grammar do not change it.
 func RevisionOf(tags []string) string {
 	_, rev := encodeTags(normalize(tags))
 	return rev
 }
 
-// normalize returns a sorted copy of tags without duplicates; never nil, so
-// that an empty list encodes as [] rather than null.
+// normalize returns a sorted copy of the valid tags of tags (keepValid)
+// without duplicates; never nil, so that an empty list encodes as [] rather
+// than null.
 func normalize(tags []string) []string {
-	out := slices.Clone(tags)
+	out := keepValid(slices.Clone(tags))
 	if out == nil {
 		out = []string{}
 	}

@@ -21,7 +21,7 @@ func TestRevisionOf(t *testing.T) {
 		{"one tag", []string{"v1"}, sha(`["v1"]`)},
 		{"sorted bytewise", []string{"v1.10", "latest", "v1.9"}, sha(`["latest","v1.10","v1.9"]`)},
 		{"duplicates count once", []string{"b", "a", "b"}, sha(`["a","b"]`)},
-		{"a tag never joins its neighbour", []string{"a,b"}, sha(`["a,b"]`)},
+		{"tags outside the grammar are left out", []string{"a,b", "v1", "v1+build", ""}, sha(`["v1"]`)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
