@@ -241,8 +241,11 @@ type pushTrace struct {
 // functions write with the push's trace id: the answer (as the benchmark received it); the
 // scan's start, its object read, its registry session, its tags confirmed and stored, its
 // annotation patch returned, its status written (the scan's steps); the TagsChanged event's
-// arrival at the policy function, the evaluation's start after the policies were listed, the
-// ImagePolicy's status written; and latestRef seen by the benchmark's 5 ms poll.
+// arrival at the policy function, the evaluation's start after the policies were listed, its
+// repository read, the policy read again when the listing showed an older status, the policy
+// advanced by the delta (or its tags read from the store), the ImagePolicy's status written (the
+// evaluation's steps, each only when it happened); and latestRef seen by the benchmark's 5 ms
+// poll.
 func reportSteps(b *testing.B, s *stack.Stack, traces []pushTrace) {
 	b.Helper()
 	byID := map[string]map[string]time.Time{}
@@ -287,8 +290,15 @@ func reportSteps(b *testing.B, s *stack.Stack, traces []pushTrace) {
 		case line["msg"] == "event handled":
 			marks["event_arrived"], _ = at(line, "duration")
 		case line["msg"] == "evaluated ImagePolicy" && line["name"] == "direct":
-			marks["evaluation_start"], _ = at(line, "duration")
+			began, _ := at(line, "duration")
+			marks["evaluation_start"] = began
 			marks["evaluated"], _ = at(line, "")
+			steps, _ := line["steps"].(map[string]any)
+			for step, d := range steps {
+				if d, ok := d.(float64); ok {
+					marks["evaluation_"+step] = began.Add(time.Duration(d))
+				}
+			}
 		}
 	})
 	offsets := map[string][]time.Duration{}
@@ -304,6 +314,10 @@ func reportSteps(b *testing.B, s *stack.Stack, traces []pushTrace) {
 	for step, d := range offsets {
 		slices.Sort(d)
 		b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, "step_"+step+"_ms")
+		if len(d) < len(traces) {
+			// A step that not every push took: how many did.
+			b.ReportMetric(float64(len(d))/float64(len(traces)), "step_"+step+"/push")
+		}
 	}
 }
 
