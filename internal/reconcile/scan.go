@@ -429,7 +429,20 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	}()
 
 	got, err := read, error(nil)
-	if got == nil {
+	switch {
+	case got != nil:
+	case rec != nil:
+		// A scan beside its request's patch starts from the watch cache's copy: a consistent
+		// read waits in etcd behind the patch and the writes of other pushes, on a push's way to
+		// latestRef. A copy from before an edit is harmless: the status is written against the
+		// object the patch returns, only when it is the one scanned (Scanner.recorded), and the
+		// policies advance by a delta only for the identity they read themselves.
+		got, err = s.Kube.Repositories.GetCached(ctx, namespace, name)
+		if apierrors.IsNotFound(err) {
+			// The cache may not know an object created a moment ago.
+			got, err = s.Kube.Repositories.Get(ctx, namespace, name)
+		}
+	default:
 		got, err = s.Kube.Repositories.Get(ctx, namespace, name)
 	}
 	if apierrors.IsNotFound(err) {
