@@ -185,7 +185,6 @@ func (wb *waveBench) run(b *testing.B) {
 	s := wb.s
 	var latencies []time.Duration
 	var makespan, pushing time.Duration
-	var requests map[string]int
 	// The first scans' Events and statuses may still be on their way.
 	writeCount := func() float64 {
 		n := 0.0
@@ -227,7 +226,7 @@ func (wb *waveBench) run(b *testing.B) {
 		last := began
 		for r, at := range seen {
 			latencies = append(latencies, at.Sub(ended[r]))
-			last = latest(last, at)
+			last = later(last, at)
 		}
 		makespan += last.Sub(began)
 	}
@@ -240,7 +239,7 @@ func (wb *waveBench) run(b *testing.B) {
 		}
 		return writeCount() + float64(n)
 	})
-	requests = wb.counter.counts()
+	requests := wb.counter.counts()
 	pushes := float64(b.N * waveRepos)
 	n := float64(b.N)
 	b.ReportMetric(float64(makespan.Milliseconds())/n, "makespan_ms")
@@ -284,7 +283,8 @@ func (wb *waveBench) run(b *testing.B) {
 	}
 }
 
-func latest(a, b time.Time) time.Time {
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b
 	}
