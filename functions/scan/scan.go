@@ -22,6 +22,10 @@
 //	                                /hook/<provider> does not exist
 //	REFLECTOR_WEBHOOK_RATE          deliveries per second each receiver accepts (default 10)
 //	REFLECTOR_WEBHOOK_BURST         and in a burst (default 50)
+//	REFLECTOR_REGISTRY_RATE         requests per second the scans send to one registry host (default
+//	                                10; 0: no limit): a push costs one, so a release wave of N pushes
+//	                                into one registry is confirmed in about N divided by this
+//	REFLECTOR_REGISTRY_BURST        and at once after a quiet period (default 10)
 //	K_SINK                          where TagsChanged events go (Knative SinkBinding)
 //	REFLECTOR_EVENTS_ADDR           notification-controller's event receiver (Flux's --events-addr,
 //	                                e.g. http://notification-controller.flux-system.svc.cluster.local./):
@@ -152,9 +156,23 @@ func FromEnv() (*Deps, error) {
 	if err != nil {
 		return nil, err
 	}
+	regOpts := []registry.Option{registry.WithCloudAuth(cloud)}
+	if s := os.Getenv("REFLECTOR_REGISTRY_RATE"); s != "" {
+		perSecond, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("REFLECTOR_REGISTRY_RATE: %w", err)
+		}
+		burst := registry.DefaultBurst
+		if b := os.Getenv("REFLECTOR_REGISTRY_BURST"); b != "" {
+			if burst, err = strconv.Atoi(b); err != nil {
+				return nil, fmt.Errorf("REFLECTOR_REGISTRY_BURST: %w", err)
+			}
+		}
+		regOpts = append(regOpts, registry.WithRateLimit(perSecond, burst))
+	}
 	return &Deps{
 		Kube:     env.Kube,
-		Registry: registry.New(registry.WithCloudAuth(cloud)),
+		Registry: registry.New(regOpts...),
 		Store:    store.New(env.StoreDir),
 		Sink:     env.Sink,
 		Recorder: kube.NewRecorder(env.Kube, "reflector-scan", kube.PostingTo(env.FluxEvents)),

@@ -118,6 +118,7 @@ func (e *Evaluator) advance(ctx context.Context, w *policyWorld, pol *v1.ImagePo
 		// latest status yet, such as that of the evaluation of the previous push a moment ago:
 		// a read of the policy costs less than a read of the store.
 		fresh, err := e.Kube.Policies.Get(ctx, pol.Namespace, pol.Name)
+		markStep(ctx, "reread")
 		if err != nil || fresh.ResourceVersion == pol.ResourceVersion || fresh.Generation != pol.Generation {
 			return PolicyOutcome{}, false, nil
 		}
@@ -131,6 +132,7 @@ func (e *Evaluator) advance(ctx context.Context, w *policyWorld, pol *v1.ImagePo
 	if !ok {
 		return PolicyOutcome{}, false, nil
 	}
+	markStep(ctx, "advanced")
 	inputs := policyInputs{uid: string(pol.UID), generation: pol.Generation, request: token,
 		revision: d.to, image: repo.Spec.Image}
 	out, err = e.succeed(ctx, pol, token, &latest, inputs)

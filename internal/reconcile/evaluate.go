@@ -168,6 +168,9 @@ func (e *Evaluator) logged(ctx context.Context, out PolicyOutcome, start time.Ti
 	if out.Reason != "" {
 		attrs = append(attrs, "reason", out.Reason, "message", out.Message)
 	}
+	if st, ok := stepsAttr(ctx); ok {
+		attrs = append(attrs, st)
+	}
 	if err != nil {
 		// The error goes on to callers that log it and answer with it.
 		err = redact.Error(err)
@@ -203,6 +206,7 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	if err != nil {
 		return out, fmt.Errorf("reading ImageRepository %s/%s: %w", repoNS, repoName, err)
 	}
+	markStep(ctx, "repository")
 	if denied, err := w.accessDenied(ctx, pol, repo); err != nil {
 		return out, err
 	} else if denied != nil {
@@ -248,6 +252,7 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	}
 	inputs.revision = entry.Revision
 
+	markStep(ctx, "tags")
 	tag, err := sel.Latest(entry.Tags)
 	if err != nil {
 		// No candidate, or a numerical tag that does not parse: Flux's "Failure".
@@ -335,6 +340,7 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 		out.Result, out.Latest = PolicyFailed, pol.Status.LatestRef
 		return out, fmt.Errorf("writing the status of ImagePolicy %s/%s: %w", pol.Namespace, pol.Name, err)
 	}
+	markStep(ctx, "written")
 	e.remember(pol, inputs)
 	if out.Changed || !wasReady {
 		e.Recorder.Normal(updated, v1.SucceededReason, readyMessage(&updated.Status))

@@ -125,6 +125,7 @@ func (e *Evaluator) evaluateAll(ctx context.Context, w *policyWorld, pols []*v1.
 		// Errors are kept per policy: one failed evaluation does not stop the others.
 		g.Go(func() error {
 			start := clock(e.Now)()
+			ctx := withSteps(ctx)
 			out, err := e.evaluateFresh(ctx, w, pol)
 			outs[i], errs[i] = e.logged(ctx, out, start, err)
 			w.release(repoKey(pol))

@@ -384,6 +384,10 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	start := now()
 	key := StoreKey(namespace, name)
 	var repo *v1.ImageRepository
+	// steps are the times since start at which the scan had its object, its registry session,
+	// its tags stored and its request recorded: where a push's time goes.
+	var steps []slog.Attr
+	mark := func(step string) { steps = append(steps, slog.Duration(step, now().Sub(start))) }
 	defer func() {
 		if repo != nil {
 			metrics.RecordReconcile(metrics.KindImageRepository, namespace, name, repo.Spec.Suspend,
@@ -411,6 +415,9 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		if out.Failure != "" {
 			attrs = append(attrs, "failure", out.Failure, "stalled", out.Stalled)
 		}
+		if len(steps) > 0 {
+			attrs = append(attrs, slog.Attr{Key: "steps", Value: slog.GroupValue(steps...)})
+		}
 		if err != nil {
 			// The error goes on to callers that log it and answer with it.
 			err = redact.Error(err)
@@ -422,7 +429,20 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	}()
 
 	got, err := read, error(nil)
-	if got == nil {
+	switch {
+	case got != nil:
+	case rec != nil:
+		// A scan beside its request's patch starts from the watch cache's copy: a consistent
+		// read waits in etcd behind the patch and the writes of other pushes, on a push's way to
+		// latestRef. A copy from before an edit is harmless: the status is written against the
+		// object the patch returns, only when it is the one scanned (Scanner.recorded), and the
+		// policies advance by a delta only for the identity they read themselves.
+		got, err = s.Kube.Repositories.GetCached(ctx, namespace, name)
+		if apierrors.IsNotFound(err) {
+			// The cache may not know an object created a moment ago.
+			got, err = s.Kube.Repositories.Get(ctx, namespace, name)
+		}
+	default:
 		got, err = s.Kube.Repositories.Get(ctx, namespace, name)
 	}
 	if apierrors.IsNotFound(err) {
@@ -437,6 +457,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		return out, fmt.Errorf("reading ImageRepository %s: %w", key, err)
 	}
 	repo = got
+	mark("read")
 	if rec == nil {
 		s.haveObject(p)
 	} else if done, ok := rec.whenRecorded(func() { s.haveObject(p) }); done && ok {
@@ -482,6 +503,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		return failed(registry.Reason(err), registry.Stalled(err), err)
 	}
 	defer sc.Close()
+	mark("prepared")
 
 	res, err := s.storeTags(ctx, sc, repo, id, hint)
 	if err != nil {
@@ -498,6 +520,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		}
 		return out, err
 	}
+	mark("stored")
 	out = res.outcome(repo)
 	// The policies are evaluated from the store, or from the delta, and the repository's spec,
 	// not its status: they hear of the new tags while the status is written.
@@ -505,6 +528,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	if ok, err := settle(); !ok {
 		return out, err
 	}
+	mark("recorded")
 	return out, s.record(ctx, repo, token, id.Image, res, out)
 }
 

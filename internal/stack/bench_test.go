@@ -1,10 +1,13 @@
 package stack_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -100,14 +103,18 @@ func newPushBench(b *testing.B, tags int) *pushBench {
 	}
 	hook(b, s, pb.directImage, "bench/direct", "1.0.0", "warmup")
 	waitForPolicy(b, s, "direct", "1.0.0")
+	// A repository's status may be written after its policies': the scan announces its tags first.
 	for _, name := range []string{"app", "direct"} {
-		r, err := s.Kube.Repositories.Get(ctx, "default", name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if r.Status.LastScanResult == nil || r.Status.LastScanResult.TagCount != tags {
-			b.Fatalf("ImageRepository %s holds %v, want %d tags", name, r.Status.LastScanResult, tags)
-		}
+		testenv.Eventually(b, 30*time.Second, func() error {
+			r, err := s.Kube.Repositories.Get(ctx, "default", name)
+			if err != nil {
+				return err
+			}
+			if r.Status.LastScanResult == nil || r.Status.LastScanResult.TagCount != tags {
+				return fmt.Errorf("ImageRepository %s holds %v, want %d tags", name, r.Status.LastScanResult, tags)
+			}
+			return nil
+		})
 	}
 	return pb
 }
@@ -152,6 +159,7 @@ func pushTags(ctx context.Context, image string, tags []string) error {
 func (pb *pushBench) run(b *testing.B) {
 	s := pb.s
 	var viaRegistry, viaWebhook []time.Duration
+	var traces []pushTrace
 	writesBefore := apiserverWrites(b, s)
 	waitsBefore := storeWaits(b, s)
 	b.ResetTimer()
@@ -167,9 +175,11 @@ func (pb *pushBench) run(b *testing.B) {
 
 		pb.direct.Push(b, "bench/direct", tag)
 		start = time.Now()
-		hook(b, s, pb.directImage, "bench/direct", tag, fmt.Sprintf("bench-%d", pb.pushed))
+		id := hook(b, s, pb.directImage, "bench/direct", tag, fmt.Sprintf("bench-%d", pb.pushed))
+		answered := time.Since(start)
 		waitForPolicy(b, s, "direct", tag)
 		viaWebhook = append(viaWebhook, time.Since(start))
+		traces = append(traces, pushTrace{sent: start, answered: answered, seen: time.Since(start), id: id})
 	}
 	b.StopTimer()
 	// The writes of the measured pushes, of either kind: the annotation, the statuses and the
@@ -215,11 +225,123 @@ func (pb *pushBench) run(b *testing.B) {
 	}
 	report("registry", viaRegistry)
 	report("webhook", viaWebhook)
+	reportSteps(b, s, traces)
+}
+
+// pushTrace is one push of the webhook path: when its webhook was sent, how long its answer and
+// its latestRef took to reach the benchmark, and its trace id.
+type pushTrace struct {
+	sent           time.Time
+	answered, seen time.Duration
+	id             string
+}
+
+// reportSteps reports, as step_<name>_ms, the median time from a webhook's sending at which
+// each step on its way to latestRef ended, read from the log lines that the scan and policy
+// functions write with the push's trace id: the answer (as the benchmark received it); the
+// scan's start, its object read, its registry session, its tags confirmed and stored, its
+// annotation patch returned, its status written (the scan's steps); the TagsChanged event's
+// arrival at the policy function, the evaluation's start after the policies were listed, its
+// repository read, the policy read again when the listing showed an older status, the policy
+// advanced by the delta (or its tags read from the store), the ImagePolicy's status written (the
+// evaluation's steps, each only when it happened); and latestRef seen by the benchmark's 5 ms
+// poll.
+func reportSteps(b *testing.B, s *stack.Stack, traces []pushTrace) {
+	b.Helper()
+	byID := map[string]map[string]time.Time{}
+	for _, t := range traces {
+		byID[t.id] = map[string]time.Time{}
+	}
+	at := func(line map[string]any, key string) (time.Time, bool) {
+		ts, err := time.Parse(time.RFC3339Nano, fmt.Sprint(line["time"]))
+		if err != nil {
+			return time.Time{}, false
+		}
+		if key == "" {
+			return ts, true
+		}
+		d, ok := line[key].(float64)
+		return ts.Add(-time.Duration(d)), ok
+	}
+	readLog(b, s.Log(stack.Scan), func(line map[string]any) {
+		steps, ok := line["steps"].(map[string]any)
+		marks := byID[fmt.Sprint(line["trace_id"])]
+		if line["msg"] != "scan" || !ok || marks == nil {
+			return
+		}
+		began, ok := at(line, "duration")
+		if !ok {
+			return
+		}
+		marks["scan_start"] = began
+		for step, d := range steps {
+			if d, ok := d.(float64); ok {
+				marks["scan_"+step] = began.Add(time.Duration(d))
+			}
+		}
+		marks["scan_done"], _ = at(line, "")
+	})
+	readLog(b, s.Log(stack.Policy), func(line map[string]any) {
+		marks := byID[fmt.Sprint(line["trace_id"])]
+		if marks == nil {
+			return
+		}
+		switch {
+		case line["msg"] == "event handled":
+			marks["event_arrived"], _ = at(line, "duration")
+		case line["msg"] == "evaluated ImagePolicy" && line["name"] == "direct":
+			began, _ := at(line, "duration")
+			marks["evaluation_start"] = began
+			marks["evaluated"], _ = at(line, "")
+			steps, _ := line["steps"].(map[string]any)
+			for step, d := range steps {
+				if d, ok := d.(float64); ok {
+					marks["evaluation_"+step] = began.Add(time.Duration(d))
+				}
+			}
+		}
+	})
+	offsets := map[string][]time.Duration{}
+	for _, t := range traces {
+		offsets["answered"] = append(offsets["answered"], t.answered)
+		offsets["seen"] = append(offsets["seen"], t.seen)
+		for step, ts := range byID[t.id] {
+			if !ts.IsZero() {
+				offsets[step] = append(offsets[step], ts.Sub(t.sent))
+			}
+		}
+	}
+	for step, d := range offsets {
+		slices.Sort(d)
+		b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, "step_"+step+"_ms")
+		if len(d) < len(traces) {
+			// A step that not every push took: how many did.
+			b.ReportMetric(float64(len(d))/float64(len(traces)), "step_"+step+"/push")
+		}
+	}
+}
+
+// readLog calls each with every JSON line of the log at path.
+func readLog(tb testing.TB, path string, each func(map[string]any)) {
+	tb.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line map[string]any
+		if json.Unmarshal(sc.Bytes(), &line) == nil {
+			each(line)
+		}
+	}
 }
 
 // hook sends the scan function a distribution notification of a push of repo:tag in image's
-// registry, authenticated with the stack's token.
-func hook(b *testing.B, s *stack.Stack, image, repo, tag, id string) {
+// registry, authenticated with the stack's token, and returns the trace id of its answer.
+func hook(b *testing.B, s *stack.Stack, image, repo, tag, id string) string {
 	b.Helper()
 	host := strings.SplitN(image, "/", 2)[0]
 	body := fmt.Sprintf(`{"events":[{"id":%q,"action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","repository":%q,"tag":%q},"request":{"host":%q}}]}`,
@@ -231,10 +353,17 @@ func hook(b *testing.B, s *stack.Stack, image, repo, tag, id string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	resp.Body.Close()
+	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
 		b.Fatalf("webhook answered %d", resp.StatusCode)
 	}
+	var answer struct {
+		TraceID string `json:"traceId"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+		b.Fatalf("the webhook's answer: %v", err)
+	}
+	return answer.TraceID
 }
 
 // waitForPolicy waits until the ImagePolicy default/name resolves to tag, checking every 5 ms,
