@@ -54,19 +54,22 @@ func (s *Selector) Latest(tags []string) (string, error) {
 	if len(tags) == 0 {
 		return "", fmt.Errorf("%w: the repository has no tags", ErrNoCandidates)
 	}
-	matched := 0
-	tag, ok, err := s.picker.pick(s.filter.candidates(tags, &matched))
+	matched, referrers := 0, 0
+	tag, ok, err := s.picker.pick(s.filter.candidates(tags, &matched, &referrers))
+	images := len(tags) - referrers
 	switch {
 	case err != nil:
 		return "", err
 	case ok:
 		return tag, nil
+	case images == 0:
+		return "", fmt.Errorf("%w: each of the %d tags names a signature, attestation or referrer (sha256-<digest>), never an image to deploy", ErrNoCandidates, len(tags))
 	case matched == 0:
-		return "", fmt.Errorf("%w: none of the %d tags matches filterTags pattern %q", ErrNoCandidates, len(tags), s.filter.re.String())
-	case matched < len(tags):
+		return "", fmt.Errorf("%w: none of the %d tags matches filterTags pattern %q", ErrNoCandidates, images, s.filter.re.String())
+	case matched < images:
 		return "", fmt.Errorf("%w: none of the %d tags that match filterTags %s", ErrNoCandidates, matched, s.picker.rejected())
 	default:
-		return "", fmt.Errorf("%w: none of the %d tags %s", ErrNoCandidates, len(tags), s.picker.rejected())
+		return "", fmt.Errorf("%w: none of the %d tags %s", ErrNoCandidates, images, s.picker.rejected())
 	}
 }
 
