@@ -219,6 +219,12 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	if err != nil {
 		return e.fail(ctx, pol, token, v1.InvalidPolicyReason, true, err)
 	}
+	if pol.Spec.Verify != nil {
+		// Selecting without verifying would let the unsigned image through that verify is
+		// there to keep out.
+		return e.fail(ctx, pol, token, v1.VerificationErrorReason, true, errors.New(
+			"spec.verify: signature verification is not supported by this version of reflector"))
+	}
 
 	if out, ok, err := e.advance(ctx, w, pol, token, repo, id, sel); ok {
 		return out, err

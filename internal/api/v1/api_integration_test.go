@@ -74,6 +74,19 @@ func TestAPIIntegrationExamples(t *testing.T) {
 		t.Errorf("default digestReflectionPolicy = %q", semver.Spec.DigestReflectionPolicy)
 	}
 
+	objs, err := env.Apply(ctx, ns, []byte(`{"apiVersion": "image.toolkit.fluxcd.io/v1", "kind": "ImagePolicy", "metadata": {"name": "verified"},
+		"spec": {"imageRepositoryRef": {"name": "podinfo"}, "policy": {"semver": {"range": "1.x"}}, "verify": {"secretRef": {"name": "cosign-keys"}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	verified, err := c.Policies.Get(ctx, ns, objs[0].GetName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := verified.Spec.Verify; v == nil || v.Provider != v1.VerificationProviderCosign || v.SecretRef == nil || v.SecretRef.Name != "cosign-keys" {
+		t.Errorf("spec.verify = %+v, want provider cosign by default and the secretRef", v)
+	}
+
 	defaulted, err := c.Policies.Create(ctx, &v1.ImagePolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "order-default"},
 		Spec: v1.ImagePolicySpec{
@@ -175,6 +188,16 @@ func TestAPIIntegrationValidation(t *testing.T) {
 			name:     "bad reflection policy",
 			manifest: policyYAML(`"policy": {"semver": {"range": "1.x"}}, "digestReflectionPolicy": "Sometimes"`),
 			want:     []string{`spec.digestReflectionPolicy: Unsupported value: "Sometimes": supported values: "Always", "IfNotPresent", "Never"`},
+		},
+		{
+			name:     "unknown verification provider",
+			manifest: policyYAML(`"policy": {"semver": {"range": "1.x"}}, "verify": {"provider": "gpg", "secretRef": {"name": "keys"}}`),
+			want:     []string{`spec.verify.provider: Unsupported value: "gpg": supported values: "cosign", "notation"`},
+		},
+		{
+			name:     "identity without subject",
+			manifest: policyYAML(`"policy": {"semver": {"range": "1.x"}}, "verify": {"matchOIDCIdentity": [{"issuer": ".*"}]}`),
+			want:     []string{"spec.verify.matchOIDCIdentity[0].subject: Required value"},
 		},
 		{
 			name:     "missing repository reference",
