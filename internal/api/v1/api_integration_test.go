@@ -2,6 +2,7 @@ package v1_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -340,5 +341,32 @@ func TestAPIIntegrationPolicyRepositoryRefIsSelectable(t *testing.T) {
 	}
 	if strings.Join(names, ",") != "a1,a2" {
 		t.Errorf("selected %v, want a1 and a2", names)
+	}
+}
+
+// TestAPIIntegrationVerifyIsExplained reads the OpenAPI v3 document that `kubectl explain`
+// reads, and finds spec.verify described in it.
+func TestAPIIntegrationVerifyIsExplained(t *testing.T) {
+	env, _ := client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var doc []byte
+	testenv.Eventually(t, 20*time.Second, func() error {
+		var err error
+		doc, err = env.Clientset().Discovery().RESTClient().Get().AbsPath("/openapi/v3/apis/image.toolkit.fluxcd.io/v1").DoRaw(ctx)
+		if err == nil && !strings.Contains(string(doc), "matchOIDCIdentity") {
+			err = errors.New("the OpenAPI document does not describe spec.verify yet")
+		}
+		return err
+	})
+	for _, want := range []string{
+		"Verify lets only images whose signature verifies become the latest",
+		"Provider specifies the technology used to sign the",
+		"SecretRef specifies the Kubernetes Secret containing the trusted public keys",
+		"Issuer specifies the regex pattern",
+	} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("the OpenAPI document of image.toolkit.fluxcd.io/v1 does not say %q", want)
+		}
 	}
 }
