@@ -262,7 +262,11 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	}
 	inputs.revision = entry.Revision
 	if iv != nil {
-		return e.evaluateVerified(ctx, pol, token, repo, key, entry, sel, iv, inputs)
+		var d *delta
+		if w.delta != nil && w.delta.id == id {
+			d = w.delta
+		}
+		return e.evaluateVerified(ctx, pol, token, repo, key, entry, d, sel, iv, inputs)
 	}
 
 	tag, err := sel.Latest(entry.Tags)
@@ -279,12 +283,12 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 }
 
 // evaluateVerified selects, among the stored tags of entry, the best whose signature verifies
-// under iv, and writes the outcome: the selected tag, with the better tags it skipped named in
+// under iv (d, when set, is the verified delta that produced entry), and writes the outcome: the selected tag, with the better tags it skipped named in
 // the Ready message and a Warning Event; or, when none of the best MaxVerifiedCandidates
 // verifies, Ready=False with latestRef kept as it is.
 func (e *Evaluator) evaluateVerified(ctx context.Context, pol *v1.ImagePolicy, token string, repo *v1.ImageRepository,
-	key string, entry store.Entry, sel *policy.Selector, iv ImageVerifier, inputs policyInputs) (PolicyOutcome, error) {
-	tag, digest, skipped, checked, err := e.selectVerified(ctx, pol, repo, key, entry, sel, iv)
+	key string, entry store.Entry, d *delta, sel *policy.Selector, iv ImageVerifier, inputs policyInputs) (PolicyOutcome, error) {
+	tag, digest, skipped, checked, err := e.selectVerified(ctx, pol, repo, key, entry, d, sel, iv)
 	var regErr *registry.Error
 	switch {
 	case errors.As(err, &regErr):

@@ -142,9 +142,11 @@ func (e *Evaluator) verifierOf(ctx context.Context, pol *v1.ImagePolicy) (ImageV
 // selectVerified returns the best of the stored tags whose digest carries a valid signature
 // under iv, checking at most MaxVerifiedCandidates, best first, and the better candidates it
 // skipped. When none verifies, tag is empty. err is the registry's (or the selection's, which
-// wraps policy.ErrNoCandidates or is a numerical parse failure).
+// wraps policy.ErrNoCandidates or is a numerical parse failure). d, when set, is the verified
+// delta that produced entry: its added tags come with their digests, and the others' digests
+// are those of the revision it started from, so that a push costs only the pushed tag's check.
 func (e *Evaluator) selectVerified(ctx context.Context, pol *v1.ImagePolicy, repo *v1.ImageRepository, key string,
-	entry store.Entry, sel *policy.Selector, iv ImageVerifier) (tag, digest string, skipped []skippedTag, checked int, err error) {
+	entry store.Entry, d *delta, sel *policy.Selector, iv ImageVerifier) (tag, digest string, skipped []skippedTag, checked int, err error) {
 	cands, err := sel.Ranked(entry.Tags, MaxVerifiedCandidates)
 	if err != nil {
 		return "", "", nil, 0, err
@@ -171,6 +173,14 @@ func (e *Evaluator) selectVerified(ctx context.Context, pol *v1.ImagePolicy, rep
 		checked++
 		tk := memoTag{key: key, revision: entry.Revision, tag: tag}
 		digest, ok := e.memo.digest(tk)
+		if !ok && d != nil && d.to == entry.Revision {
+			if digest = d.digests[tag]; digest == "" {
+				digest, _ = e.memo.digest(memoTag{key: key, revision: d.from, tag: tag})
+			}
+			if ok = digest != ""; ok {
+				e.memo.putDigest(tk, digest)
+			}
+		}
 		if !ok || fresh {
 			if err := prepare(); err != nil {
 				return "", "", skipped, checked, err

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/signature"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -242,4 +243,60 @@ func readyMessage(p *v1.ImagePolicy) string {
 		}
 	}
 	return ""
+}
+
+// addPushed adds tag to the stored list of ns/name as the scan's incremental path does after a
+// push, and returns the signed TagsChanged event with the tag's real digest.
+func (f *verifyFixture) addPushed(t *testing.T, name, tag, digest string) events.TagsChanged {
+	t.Helper()
+	id := f.ids[reconcile.StoreKey(f.ns, name)]
+	a, err := f.writer.Add(context.Background(), reconcile.StoreKey(f.ns, name), id, []string{tag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := events.TagsChanged{Namespace: f.ns, Name: name, Revision: a.Entry.Revision, Delta: &events.TagsDelta{
+		UID: id.UID, Image: id.Image, Listing: id.Listing, From: a.From,
+		Added: []events.AddedTag{{Tag: tag, Digest: digest}}}}
+	key, err := f.writer.ProofKey(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sign(key); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestIntegrationVerifiedPushChecksOnlyThePushedTag evaluates a policy with verify after a push
+// whose event carries the delta: only the pushed image's signatures are read from the registry.
+func TestIntegrationVerifiedPushChecksOnlyThePushedTag(t *testing.T) {
+	f := newVerifyFixture(t)
+	d100 := f.reg.Push(t, "app", "1.0.0")
+	f.reg.SignLegacy(t, "app", d100, f.trusted)
+	d110 := f.reg.Push(t, "app", "1.1.0")
+	f.verifiedPolicy(t, "app", "cosign-keys")
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
+		t.Fatalf("outcome %+v, want 1.0.0", out)
+	}
+
+	d200 := f.reg.Push(t, "app", "2.0.0")
+	f.reg.SignBundle(t, "app", d200, f.trusted)
+	change := f.addPushed(t, "app", "2.0.0", d200)
+	f.cached(t, f.ns+"/app")
+	before := len(f.reg.Requests())
+	outs, err := f.ev.EvaluateChange(context.Background(), change)
+	if err != nil || len(outs) != 1 || outs[0].Latest == nil || outs[0].Latest.Tag != "2.0.0" {
+		t.Fatalf("EvaluateChange() = %+v, %v; want 2.0.0", outs, err)
+	}
+	for _, r := range f.reg.Requests()[before:] {
+		if r.Method == "HEAD" && strings.Contains(r.URI, "/manifests/") && !strings.Contains(r.URI, "sha256") {
+			t.Errorf("resolved a tag the delta and the memory knew: %s %s", r.Method, r.URI)
+		}
+		for _, old := range []string{d100, d110} {
+			if hex := strings.TrimPrefix(old, "sha256:"); strings.Contains(r.URI, hex) {
+				t.Errorf("read the signatures of an image checked before: %s %s", r.Method, r.URI)
+			}
+		}
+	}
 }
