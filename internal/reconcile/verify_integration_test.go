@@ -289,7 +289,10 @@ func TestIntegrationVerifiedPushChecksOnlyThePushedTag(t *testing.T) {
 	if err != nil || len(outs) != 1 || outs[0].Latest == nil || outs[0].Latest.Tag != "2.0.0" {
 		t.Fatalf("EvaluateChange() = %+v, %v; want 2.0.0", outs, err)
 	}
-	for _, r := range f.reg.Requests()[before:] {
+	made := f.reg.Requests()[before:]
+	t.Logf("registry requests for the push of a signed tag: %d", len(made))
+	for _, r := range made {
+		t.Logf("  %s %s %d", r.Method, r.URI, r.Status)
 		if r.Method == "HEAD" && strings.Contains(r.URI, "/manifests/") && !strings.Contains(r.URI, "sha256") {
 			t.Errorf("resolved a tag the delta and the memory knew: %s %s", r.Method, r.URI)
 		}
