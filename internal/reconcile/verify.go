@@ -51,7 +51,12 @@ type verifyMemo struct {
 }
 
 type memoTag struct{ key, revision, tag string }
-type memoVerdict struct{ verifier, digest string }
+
+// memoVerdict identifies a verdict: the verifier, the digest, and the referrer tags of that
+// digest in the stored list (policy.IsReferrerTag), so that a signature that arrives as a tag,
+// such as the referrers tag schema's index of a registry without the referrers API, is looked
+// at as soon as a scan lists it.
+type memoVerdict struct{ verifier, digest, referrers string }
 
 type verdict struct {
 	ok     bool
@@ -169,6 +174,7 @@ func (e *Evaluator) selectVerified(ctx context.Context, pol *v1.ImagePolicy, rep
 	}
 	// A digest that the registry may have moved since is never taken from memory.
 	fresh := pol.GetDigestReflectionPolicy() == v1.ReflectAlways
+	referrers := referrerTags(entry.Tags)
 	for _, tag := range cands {
 		checked++
 		tk := memoTag{key: key, revision: entry.Revision, tag: tag}
@@ -190,7 +196,7 @@ func (e *Evaluator) selectVerified(ctx context.Context, pol *v1.ImagePolicy, rep
 			}
 			e.memo.putDigest(tk, digest)
 		}
-		vk := memoVerdict{verifier: iv.ID(), digest: digest}
+		vk := memoVerdict{verifier: iv.ID(), digest: digest, referrers: referrers[strings.TrimPrefix(digest, "sha256:")]}
 		v, ok := e.memo.verdict(vk, clock(e.Now)())
 		if !ok {
 			if err := prepare(); err != nil {
@@ -211,6 +217,22 @@ func (e *Evaluator) selectVerified(ctx context.Context, pol *v1.ImagePolicy, rep
 		skipped = append(skipped, skippedTag{tag: tag, reason: v.reason})
 	}
 	return "", "", skipped, checked, nil
+}
+
+// referrerTags returns, for each digest's hex that referrer tags of tags name, those tags
+// joined in their (sorted) order.
+func referrerTags(tags []string) map[string]string {
+	out := map[string]string{}
+	for _, tag := range tags {
+		if policy.IsReferrerTag(tag) {
+			hex := tag[len("sha256-") : len("sha256-")+64]
+			if out[hex] != "" {
+				out[hex] += ","
+			}
+			out[hex] += tag
+		}
+	}
+	return out
 }
 
 // verifiedDigest is the digest latestRef gets under the policy's digestReflectionPolicy, given

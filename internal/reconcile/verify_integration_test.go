@@ -303,3 +303,22 @@ func TestIntegrationVerifiedPushChecksOnlyThePushedTag(t *testing.T) {
 		}
 	}
 }
+
+// TestIntegrationVerifiedSelectionSignedAfterPush signs an image after its push was evaluated,
+// on a registry without the referrers API: the referrers tag schema's new tag, once listed, has
+// the signature looked at again at once, without waiting for the refusal to be forgotten.
+func TestIntegrationVerifiedSelectionSignedAfterPush(t *testing.T) {
+	f := newVerifyFixture(t)
+	f.reg.SignLegacy(t, "app", f.reg.Push(t, "app", "1.0.0"), f.trusted)
+	d110 := f.reg.Push(t, "app", "1.1.0")
+	f.verifiedPolicy(t, "app", "cosign-keys")
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
+		t.Fatalf("outcome %+v, want 1.0.0 while 1.1.0 is unsigned", out)
+	}
+	f.reg.SignBundle(t, "app", d110, f.trusted)
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0", strings.Replace(d110, ":", "-", 1))
+	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" {
+		t.Fatalf("outcome %+v, want 1.1.0 once its signature is listed", out)
+	}
+}
