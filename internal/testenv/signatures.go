@@ -84,13 +84,38 @@ func SignPredicate(predicateType string) SignOption {
 // more layer on the same tag, as cosign appends it.
 func (r *Registry) SignLegacy(t testing.TB, repo, digest string, key *CosignKey, opts ...SignOption) {
 	t.Helper()
+	signLegacy(t, r.repository(t, repo), digest, key, remote.WithTransport(registryDirect{r.pages}), opts...)
+}
+
+// SignLegacy signs as Registry.SignLegacy does, in the registry of image (host/path, reached
+// over plain HTTP), such as docker-registry.
+func SignLegacy(t testing.TB, image, digest string, key *CosignKey, opts ...SignOption) {
+	t.Helper()
+	repo, err := name.NewRepository(image, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signLegacy(t, repo, digest, key, remote.WithTransport(remote.DefaultTransport), opts...)
+}
+
+func (r *Registry) repository(t testing.TB, repo string) name.Repository {
+	t.Helper()
+	out, err := name.NewRepository(r.Host()+"/"+repo, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func signLegacy(t testing.TB, repo name.Repository, digest string, key *CosignKey, direct remote.Option, opts ...SignOption) {
+	t.Helper()
 	c := signConfig{over: digest}
 	for _, o := range opts {
 		o(&c)
 	}
 	payload, err := json.Marshal(map[string]any{
 		"critical": map[string]any{
-			"identity": map[string]string{"docker-reference": r.Host() + "/" + repo},
+			"identity": map[string]string{"docker-reference": repo.Name()},
 			"image":    map[string]string{"docker-manifest-digest": c.over},
 			"type":     "cosign container image signature",
 		},
@@ -101,16 +126,12 @@ func (r *Registry) SignLegacy(t testing.TB, repo, digest string, key *CosignKey,
 	}
 	sig, _, err := key.kp.SignData(context.Background(), payload)
 	if err != nil {
-		t.Fatalf("signing %s@%s: %v", repo, digest, err)
+		t.Fatalf("signing %s@%s: %v", repo.Name(), digest, err)
 	}
 	if c.tamper {
 		payload = bytes.Replace(payload, []byte(`"optional":null`), []byte(`"optional":{"x":1}`), 1)
 	}
-	tag, err := name.NewTag(r.Host()+"/"+repo+":"+strings.Replace(digest, ":", "-", 1)+".sig", name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	direct := remote.WithTransport(registryDirect{r.pages})
+	tag := repo.Tag(strings.Replace(digest, ":", "-", 1) + ".sig")
 	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
 	if prev, err := remote.Image(tag, direct); err == nil {
@@ -136,6 +157,22 @@ func (r *Registry) SignLegacy(t testing.TB, repo, digest string, key *CosignKey,
 // the referrers API, go-containerregistry updates the referrers tag schema's index instead.
 func (r *Registry) SignBundle(t testing.TB, repo, digest string, key *CosignKey, opts ...SignOption) {
 	t.Helper()
+	signBundle(t, r.repository(t, repo), digest, key, remote.WithTransport(registryDirect{r.pages}), opts...)
+}
+
+// SignBundle signs as Registry.SignBundle does, in the registry of image (host/path, reached
+// over plain HTTP), such as docker-registry, which has no referrers API.
+func SignBundle(t testing.TB, image, digest string, key *CosignKey, opts ...SignOption) {
+	t.Helper()
+	repo, err := name.NewRepository(image, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signBundle(t, repo, digest, key, remote.WithTransport(remote.DefaultTransport), opts...)
+}
+
+func signBundle(t testing.TB, repo name.Repository, digest string, key *CosignKey, direct remote.Option, opts ...SignOption) {
+	t.Helper()
 	c := signConfig{over: digest, predType: cosignSignPredicate}
 	for _, o := range opts {
 		o(&c)
@@ -143,7 +180,7 @@ func (r *Registry) SignBundle(t testing.TB, repo, digest string, key *CosignKey,
 	algo, hexDigest, _ := strings.Cut(c.over, ":")
 	statement, err := json.Marshal(map[string]any{
 		"_type":         inTotoStatementV1,
-		"subject":       []any{map[string]any{"name": r.Host() + "/" + repo, "digest": map[string]string{algo: hexDigest}}},
+		"subject":       []any{map[string]any{"name": repo.Name(), "digest": map[string]string{algo: hexDigest}}},
 		"predicateType": c.predType,
 		"predicate":     map[string]any{},
 	})
@@ -152,7 +189,7 @@ func (r *Registry) SignBundle(t testing.TB, repo, digest string, key *CosignKey,
 	}
 	b, err := sign.Bundle(&sign.DSSEData{Data: statement, PayloadType: inTotoPayloadType}, key.kp, sign.BundleOptions{})
 	if err != nil {
-		t.Fatalf("signing %s@%s: %v", repo, digest, err)
+		t.Fatalf("signing %s@%s: %v", repo.Name(), digest, err)
 	}
 	if c.tamper {
 		env := b.GetDsseEnvelope()
@@ -162,20 +199,16 @@ func (r *Registry) SignBundle(t testing.TB, repo, digest string, key *CosignKey,
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.attach(t, repo, digest, sigstoreBundleV03, static.NewLayer(bundleJSON, sigstoreBundleV03),
+	attach(t, repo, digest, direct, sigstoreBundleV03, static.NewLayer(bundleJSON, sigstoreBundleV03),
 		map[string]string{bundleContentAnnot: "dsse-envelope", bundlePredicateAnnot: c.predType})
 }
 
 // attach pushes an artifact manifest of one layer whose subject is the manifest digest of
 // repo, built by hand as cosign v3 writes it: go-containerregistry's mutate cannot set
 // artifactType.
-func (r *Registry) attach(t testing.TB, repo, digest, artifactType string, layer v1.Layer, annotations map[string]string) {
+func attach(t testing.TB, repo name.Repository, digest string, direct remote.Option, artifactType string, layer v1.Layer, annotations map[string]string) {
 	t.Helper()
-	direct := remote.WithTransport(registryDirect{r.pages})
-	subject, err := name.NewDigest(r.Host()+"/"+repo+"@"+digest, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
+	subject := repo.Digest(digest)
 	sd, err := remote.Head(subject, direct)
 	if err != nil {
 		t.Fatalf("attaching to %s: %v", subject, err)
