@@ -283,9 +283,10 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 }
 
 // evaluateVerified selects, among the stored tags of entry, the best whose signature verifies
-// under iv (d, when set, is the verified delta that produced entry), and writes the outcome: the selected tag, with the better tags it skipped named in
-// the Ready message and a Warning Event; or, when none of the best MaxVerifiedCandidates
-// verifies, Ready=False with latestRef kept as it is.
+// under iv (d, when set, is the verified delta that produced entry), and writes the outcome:
+// the selected tag, with the better tags it skipped named in the Ready message and a Warning
+// Event; or, when none of the best MaxVerifiedCandidates verifies, Ready=False with latestRef
+// kept as it is.
 func (e *Evaluator) evaluateVerified(ctx context.Context, pol *v1.ImagePolicy, token string, repo *v1.ImageRepository,
 	key string, entry store.Entry, d *delta, sel *policy.Selector, iv ImageVerifier, inputs policyInputs) (PolicyOutcome, error) {
 	tag, digest, skipped, checked, err := e.selectVerified(ctx, pol, repo, key, entry, d, sel, iv)
@@ -394,7 +395,8 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 	if out.Changed || !wasReady {
 		e.Recorder.Normal(updated, v1.SucceededReason, readyMessage(&updated.Status))
 	}
-	if message := withNote(readyMessage(&updated.Status), note); note != "" && (out.Changed || message != oldMessage) {
+	// The stored message is bounded (set), so it is compared as stored.
+	if message := redact.Text(withNote(readyMessage(&updated.Status), note)); note != "" && (out.Changed || message != oldMessage) {
 		e.Recorder.Warning(updated, v1.VerificationErrorReason, note)
 	}
 	if out.Changed && e.Sink != nil {
