@@ -322,3 +322,27 @@ func TestIntegrationVerifiedSelectionSignedAfterPush(t *testing.T) {
 		t.Fatalf("outcome %+v, want 1.1.0 once its signature is listed", out)
 	}
 }
+
+// TestIntegrationVerifiedDigestIsReflected checks that latestRef.digest, where the policy
+// reflects digests, is the digest whose signature verified.
+func TestIntegrationVerifiedDigestIsReflected(t *testing.T) {
+	f := newVerifyFixture(t)
+	d100 := f.reg.Push(t, "app", "1.0.0")
+	f.reg.SignBundle(t, "app", d100, f.trusted)
+	f.reg.Push(t, "app", "1.1.0")
+	f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	verify := &v1.OCIRepositoryVerification{Provider: "cosign", SecretRef: &v1.LocalObjectReference{Name: "cosign-keys"}}
+	for name, want := range map[v1.ReflectionPolicy]string{v1.ReflectNever: "", v1.ReflectIfNotPresent: d100, v1.ReflectAlways: d100} {
+		spec := v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"), Verify: verify, DigestReflectionPolicy: name}
+		if name == v1.ReflectAlways {
+			spec.Interval = &metav1.Duration{Duration: time.Hour}
+		}
+		pol := strings.ToLower(string(name))
+		f.policy(t, f.ns, pol, spec)
+		out := f.evaluate(t, f.ns, pol)
+		if out.Latest == nil || out.Latest.Tag != "1.0.0" || out.Latest.Digest != want {
+			t.Errorf("%s: latest %s, want 1.0.0 with digest %q", name, refString(out.Latest), want)
+		}
+	}
+}
