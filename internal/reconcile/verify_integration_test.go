@@ -346,3 +346,26 @@ func TestIntegrationVerifiedDigestIsReflected(t *testing.T) {
 		}
 	}
 }
+
+// TestIntegrationVerifiedSelectionKeyless selects by keyless signatures of a Sigstore made for
+// the test, whose trusted root the Secret holds: an image signed by another identity is skipped.
+func TestIntegrationVerifiedSelectionKeyless(t *testing.T) {
+	f := newVerifyFixture(t)
+	sigstore := testenv.NewSigstore(t)
+	f.secret(t, "sigstore", map[string][]byte{signature.TrustedRootKey: sigstore.TrustedRootJSON(t)})
+	const issuer, subject = "https://token.actions.githubusercontent.com", "https://github.com/org/app/.github/workflows/release.yaml@refs/tags/v1"
+	f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.0.0"), sigstore, subject, issuer)
+	f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.1.0"), sigstore, "https://github.com/fork/app/.github/workflows/release.yaml@refs/tags/v1", issuer)
+	f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"),
+		Verify: &v1.OCIRepositoryVerification{Provider: "cosign", SecretRef: &v1.LocalObjectReference{Name: "sigstore"},
+			MatchOIDCIdentity: []v1.OIDCIdentityMatch{{Issuer: "^" + issuer + "$", Subject: "^https://github.com/org/app/"}}}})
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	out := f.evaluate(t, f.ns, "app")
+	if out.Latest == nil || out.Latest.Tag != "1.0.0" {
+		t.Fatalf("outcome %+v, want 1.0.0", out)
+	}
+	checkReady(t, f.get(t, f.ns, "app"), metav1.ConditionTrue, v1.SucceededReason,
+		// The subject's "@" reads as a URL's userinfo, which every condition message masks.
+		"1.1.0 (signed by https://xxxxx@refs/tags/v1 (issuer "+issuer+") that matchOIDCIdentity does not match)", false)
+}

@@ -62,8 +62,20 @@ const (
 type Verifier struct {
 	keys    []PublicKey
 	bundles []*verify.Verifier
-	id      string
+	// keyless verifies bundles whose certificate chains to the trusted root, against
+	// identities; it is set instead of keys and bundles.
+	keyless    *verify.Verifier
+	identities []verify.CertificateIdentity
+	id         string
 }
+
+// TrustedRootKey is the Secret entry that holds a Sigstore trusted root (trusted_root.json, as
+// `cosign trusted-root create` writes it) for keyless verification.
+const TrustedRootKey = "trusted_root.json"
+
+// maxTrustedRootBytes bounds the trusted root read from the Secret; the public-good one is
+// about 10 kB.
+const maxTrustedRootBytes = 512 << 10
 
 // New returns the Verifier of spec with the data of the Secret spec.secretRef names (nil when
 // it names none). Its errors wrap ErrKeys (the Secret's keys are unusable) or ErrUnsupported.
@@ -76,7 +88,11 @@ func New(spec *v1.OCIRepositoryVerification, secret map[string][]byte) (*Verifie
 		return nil, fmt.Errorf("%w: provider %q", ErrUnsupported, spec.Provider)
 	}
 	if spec.SecretRef == nil {
-		return nil, fmt.Errorf("%w: cosign keyless verification (no secretRef) is not supported yet", ErrUnsupported)
+		return nil, fmt.Errorf("%w: cosign keyless verification with the Sigstore public-good trusted root (no secretRef) is not supported yet; "+
+			"a Secret with a %s is", ErrUnsupported, TrustedRootKey)
+	}
+	if _, ok := secret[TrustedRootKey]; ok && !hasPublicKey(secret) {
+		return newKeyless(spec, secret[TrustedRootKey])
 	}
 	keys, err := ParsePublicKeys(secret)
 	if err != nil {
@@ -100,6 +116,49 @@ func New(spec *v1.OCIRepositoryVerification, secret map[string][]byte) (*Verifie
 			return nil, err
 		}
 		v.bundles = append(v.bundles, bv)
+	}
+	v.id = hex.EncodeToString(id.Sum(nil))
+	return v, nil
+}
+
+func hasPublicKey(secret map[string][]byte) bool {
+	for name := range secret {
+		if strings.HasSuffix(name, ".pub") {
+			return true
+		}
+	}
+	return false
+}
+
+// newKeyless returns the Verifier of keyless signatures under the trusted root rootJSON: the
+// signing certificate chains to one of its certificate authorities, the transparency log
+// entry verifies under one of its logs, and the certificate's identity matches one of spec's.
+func newKeyless(spec *v1.OCIRepositoryVerification, rootJSON []byte) (*Verifier, error) {
+	if len(spec.MatchOIDCIdentity) == 0 {
+		// Any identity under the public-good root is anyone with an account at an OIDC
+		// provider Fulcio trusts: no gate at all.
+		return nil, fmt.Errorf("%w: keyless verification needs at least one matchOIDCIdentity", ErrKeys)
+	}
+	if len(rootJSON) > maxTrustedRootBytes {
+		return nil, fmt.Errorf("%w: %q: %d bytes, more than %d", ErrKeys, TrustedRootKey, len(rootJSON), maxTrustedRootBytes)
+	}
+	tr, err := root.NewTrustedRootFromJSON(rootJSON)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: not a Sigstore trusted root: %s", ErrKeys, TrustedRootKey, truncate(err.Error(), 200))
+	}
+	v := &Verifier{}
+	if v.keyless, err = verify.NewVerifier(tr, verify.WithTransparencyLog(1), verify.WithObserverTimestamps(1)); err != nil {
+		return nil, err
+	}
+	id := sha256.New()
+	fmt.Fprintf(id, "cosign-keyless\n%x\n", sha256.Sum256(rootJSON))
+	for i, m := range spec.MatchOIDCIdentity {
+		ci, err := verify.NewShortCertificateIdentity("", m.Issuer, "", m.Subject)
+		if err != nil {
+			return nil, fmt.Errorf("%w: matchOIDCIdentity[%d]: %w", ErrKeys, i, err)
+		}
+		v.identities = append(v.identities, ci)
+		fmt.Fprintf(id, "%q %q\n", m.Issuer, m.Subject)
 	}
 	v.id = hex.EncodeToString(id.Sum(nil))
 	return v, nil
@@ -287,7 +346,7 @@ func fetchBundle(repo name.Repository, d ggcrv1.Descriptor, h ggcrv1.Hash, opts 
 		}
 		var b bundle.Bundle
 		if err := b.UnmarshalJSON(data); err != nil {
-			return nil, "a signature bundle that does not parse", nil
+			return nil, "a signature bundle that does not parse: " + truncate(err.Error(), 200), nil
 		}
 		return &b, "", nil
 	}
@@ -305,6 +364,9 @@ func (v *Verifier) verifyBundle(b *bundle.Bundle, h ggcrv1.Hash) string {
 	if err != nil {
 		return "an image digest that is not hex"
 	}
+	if v.keyless != nil {
+		return v.verifyKeyless(b, want)
+	}
 	for _, bv := range v.bundles {
 		// First the signature alone, so that a signature by a trusted key over another image
 		// is told apart from one by another key.
@@ -320,6 +382,35 @@ func (v *Verifier) verifyBundle(b *bundle.Bundle, h ggcrv1.Hash) string {
 		return ""
 	}
 	return "signed, but no signature bundle verifies with the trusted keys"
+}
+
+// verifyKeyless verifies b as a keyless signature of the image whose digest is want, and
+// returns why not.
+func (v *Verifier) verifyKeyless(b *bundle.Bundle, want []byte) string {
+	// Each step alone, so that the reason tells which failed.
+	res, err := v.keyless.Verify(b, verify.NewPolicy(verify.WithoutArtifactUnsafe(), verify.WithoutIdentitiesUnsafe()))
+	if err != nil {
+		return "no signature bundle verifies under the trusted root: " + truncate(err.Error(), 200)
+	}
+	if pt := predicateType(b.GetDsseEnvelope().GetPayload()); pt != SignPredicateType {
+		return fmt.Sprintf("a signed statement of predicate type %q, not an image signature", truncate(pt, 80))
+	}
+	ids := []verify.PolicyOption{}
+	for _, ci := range v.identities {
+		ids = append(ids, verify.WithCertificateIdentity(ci))
+	}
+	if _, err := v.keyless.Verify(b, verify.NewPolicy(verify.WithoutArtifactUnsafe(), ids...)); err != nil {
+		who := "an identity"
+		if res != nil && res.Signature != nil && res.Signature.Certificate != nil {
+			c := res.Signature.Certificate
+			who = fmt.Sprintf("%s (issuer %s)", truncate(c.SubjectAlternativeName, 120), truncate(c.Issuer, 120))
+		}
+		return "signed by " + who + " that matchOIDCIdentity does not match"
+	}
+	if _, err := v.keyless.Verify(b, verify.NewPolicy(verify.WithArtifactDigest("sha256", want), ids...)); err != nil {
+		return "the signature bundle is over another digest"
+	}
+	return ""
 }
 
 // readBlob reads the blob d, at most limit bytes; go-containerregistry checks its digest.

@@ -61,6 +61,7 @@ type SignOption func(*signConfig)
 type signConfig struct {
 	over     string
 	tamper   bool
+	expired  bool
 	predType string
 }
 
@@ -177,16 +178,7 @@ func signBundle(t testing.TB, repo name.Repository, digest string, key *CosignKe
 	for _, o := range opts {
 		o(&c)
 	}
-	algo, hexDigest, _ := strings.Cut(c.over, ":")
-	statement, err := json.Marshal(map[string]any{
-		"_type":         inTotoStatementV1,
-		"subject":       []any{map[string]any{"name": repo.Name(), "digest": map[string]string{algo: hexDigest}}},
-		"predicateType": c.predType,
-		"predicate":     map[string]any{},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	statement := statementJSON(t, repo, c)
 	b, err := sign.Bundle(&sign.DSSEData{Data: statement, PayloadType: inTotoPayloadType}, key.kp, sign.BundleOptions{})
 	if err != nil {
 		t.Fatalf("signing %s@%s: %v", repo.Name(), digest, err)
