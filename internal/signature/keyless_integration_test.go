@@ -90,17 +90,18 @@ func TestNewKeylessRefuses(t *testing.T) {
 		name    string
 		spec    *v1.OCIRepositoryVerification
 		data    map[string][]byte
+		keys    bool
 		mention string
 	}{
-		{"no identity", keylessSpec(), map[string][]byte{signature.TrustedRootKey: sigstore.TrustedRootJSON(t)}, "at least one matchOIDCIdentity"},
+		{"no identity", keylessSpec(), map[string][]byte{signature.TrustedRootKey: sigstore.TrustedRootJSON(t)}, false, "at least one matchOIDCIdentity"},
 		{"not a trusted root", keylessSpec(v1.OIDCIdentityMatch{Issuer: ".*", Subject: ".*"}),
-			map[string][]byte{signature.TrustedRootKey: []byte(`{"mediaType": "nope"}`)}, `"trusted_root.json": not a Sigstore trusted root`},
+			map[string][]byte{signature.TrustedRootKey: []byte(`{"mediaType": "nope"}`)}, true, `"trusted_root.json": not a Sigstore trusted root`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := signature.New(tt.spec, tt.data)
-			if !errors.Is(err, signature.ErrKeys) || !strings.Contains(err.Error(), tt.mention) {
-				t.Fatalf("New() error = %v; want ErrKeys mentioning %q", err, tt.mention)
+			if err == nil || errors.Is(err, signature.ErrKeys) != tt.keys || !strings.Contains(err.Error(), tt.mention) {
+				t.Fatalf("New() error = %v; want one mentioning %q (ErrKeys: %v)", err, tt.mention, tt.keys)
 			}
 		})
 	}

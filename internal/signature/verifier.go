@@ -78,7 +78,8 @@ const TrustedRootKey = "trusted_root.json"
 const maxTrustedRootBytes = 512 << 10
 
 // New returns the Verifier of spec with the data of the Secret spec.secretRef names (nil when
-// it names none). Its errors wrap ErrKeys (the Secret's keys are unusable) or ErrUnsupported.
+// it names none). Its errors wrap ErrKeys (the Secret's keys or trusted root are unusable) or
+// ErrUnsupported, or say what spec lacks; only an edit of the spec or the Secret cures any.
 func New(spec *v1.OCIRepositoryVerification, secret map[string][]byte) (*Verifier, error) {
 	switch spec.Provider {
 	case v1.VerificationProviderCosign, "":
@@ -137,7 +138,7 @@ func newKeyless(spec *v1.OCIRepositoryVerification, rootJSON []byte) (*Verifier,
 	if len(spec.MatchOIDCIdentity) == 0 {
 		// Any identity under the public-good root is anyone with an account at an OIDC
 		// provider Fulcio trusts: no gate at all.
-		return nil, fmt.Errorf("%w: keyless verification needs at least one matchOIDCIdentity", ErrKeys)
+		return nil, errors.New("keyless verification needs at least one matchOIDCIdentity")
 	}
 	if len(rootJSON) > maxTrustedRootBytes {
 		return nil, fmt.Errorf("%w: %q: %d bytes, more than %d", ErrKeys, TrustedRootKey, len(rootJSON), maxTrustedRootBytes)
@@ -155,7 +156,7 @@ func newKeyless(spec *v1.OCIRepositoryVerification, rootJSON []byte) (*Verifier,
 	for i, m := range spec.MatchOIDCIdentity {
 		ci, err := verify.NewShortCertificateIdentity("", m.Issuer, "", m.Subject)
 		if err != nil {
-			return nil, fmt.Errorf("%w: matchOIDCIdentity[%d]: %w", ErrKeys, i, err)
+			return nil, fmt.Errorf("matchOIDCIdentity[%d]: %w", i, err)
 		}
 		v.identities = append(v.identities, ci)
 		fmt.Fprintf(id, "%q %q\n", m.Issuer, m.Subject)
