@@ -42,6 +42,7 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/cloudauth"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/function"
@@ -49,6 +50,7 @@ import (
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/registry"
+	"github.com/imagereflector/reflector/internal/signature"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/tokenreview"
 	"github.com/imagereflector/reflector/internal/trace"
@@ -115,6 +117,15 @@ func FromEnv() (*Deps, error) {
 	}, nil
 }
 
+// newImageVerifier checks signatures with internal/signature, which only this function links.
+func newImageVerifier(spec *v1.OCIRepositoryVerification, secret map[string][]byte) (reconcile.ImageVerifier, error) {
+	v, err := signature.New(spec, secret)
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
 // Handler is the policy function's HTTP handler; the package comment lists what it answers.
 type Handler struct {
 	deps *Deps
@@ -131,6 +142,7 @@ func NewHandler(d *Deps) *Handler {
 	}
 	ev := &reconcile.Evaluator{
 		Kube: d.Kube, Store: d.Store, Registry: d.Registry, Recorder: d.Recorder, Log: log,
+		Verifier: newImageVerifier,
 	}
 	// A nil *events.Sender in the interface would be non-nil; leave the field unset instead.
 	if d.Sink != nil {

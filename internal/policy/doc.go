@@ -13,6 +13,10 @@
 //     dropped; with extract, the policy compares the expansion of the template ("$1", "${name}")
 //     instead of the tag. The tag reported is always the original.
 //
+// Before any rule, tags that name a signature, attestation or referrer ("sha256-" and a
+// digest's 64 hex digits, alone or followed by "." and a suffix such as ".sig", ".att",
+// ".sbom") are dropped: they are never images to deploy (IsReferrerTag).
+//
 // Ties are broken the same way in every path: when two candidates compare equal (versions
 // that differ only in build metadata or a "v" prefix, tags that extract to the same value,
 // numbers such as "1" and "1.0"), the one whose original tag is greatest byte-wise wins, in

@@ -37,11 +37,16 @@ func newTagFilter(spec v1.TagFilter) (*tagFilter, error) {
 }
 
 // candidates yields each tag that passes the filter with the value the policy compares, and
-// counts them in matched. A nil filter passes every tag unchanged.
-func (f *tagFilter) candidates(tags []string, matched *int) iter.Seq2[string, string] {
+// counts them in matched; referrer tags (IsReferrerTag) are dropped first and counted in
+// referrers. A nil filter passes every other tag unchanged.
+func (f *tagFilter) candidates(tags []string, matched, referrers *int) iter.Seq2[string, string] {
 	return func(yield func(tag, value string) bool) {
 		var buf []byte
 		for _, tag := range tags {
+			if IsReferrerTag(tag) {
+				*referrers++
+				continue
+			}
 			value := tag
 			switch {
 			case f == nil:

@@ -75,7 +75,7 @@ func TestExtractMatchesExpand(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got []string
-		for _, value := range f.candidates(tags, new(int)) {
+		for _, value := range f.candidates(tags, new(int), new(int)) {
 			got = append(got, value)
 		}
 		var want []string

@@ -22,6 +22,8 @@ func FuzzSelector(f *testing.F) {
 	f.Add(uint8(2), "", `(\d+)`, "$1.$1", "a1\nb22\nc")
 	f.Add(uint8(3), "", "(", "", "")
 	f.Add(uint8(4), "*", "", "", "1.0.0")
+	f.Add(uint8(1), "", "", "", "v1\nsha256-"+strings.Repeat("a", 64)+".att\nsha256-"+strings.Repeat("b", 64))
+	f.Add(uint8(2), "", `(\d+)`, "$1", "b1\nsha256-"+strings.Repeat("9", 64)+".sig")
 	f.Fuzz(func(t *testing.T, kind uint8, arg, pattern, extract, tagList string) {
 		// Bound the work per input. Masterminds refuses ranges over 512 bytes and RE2 runs in
 		// time linear in pattern and tag, so these caps bound each evaluation.

@@ -16,13 +16,17 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 )
 
+// referrerTag is the reference's reading of IsReferrerTag.
+var referrerTag = regexp.MustCompile(`(?s)^sha256-[0-9a-f]{64}(\..*)?$`)
+
 // errNumber marks the reference's numerical parse failures.
 var errNumber = errors.New("not a number")
 
 // referenceLatest applies a policy the way Flux's image-reflector-controller does, in the most
 // direct way: regexp.ExpandString for every tag, Flux's version parsing (strip a "v", then
 // StrictNewVersion, then NewVersion of the whole tag), Masterminds' Check and Compare on
-// every version, strings.ToUpper for the order. Only the tie-break is this package's.
+// every version, strings.ToUpper for the order, after dropping referrer tags by a regular
+// expression. Only the tie-break is this package's.
 // Selector must agree with it on every input.
 func referenceLatest(spec v1.ImagePolicySpec, tags []string) (string, error) {
 	var re *regexp.Regexp
@@ -81,6 +85,9 @@ func referenceLatest(spec v1.ImagePolicySpec, tags []string) (string, error) {
 	}
 
 	for _, tag := range tags {
+		if referrerTag.MatchString(tag) {
+			continue
+		}
 		value := tag
 		if re != nil {
 			m := re.FindStringSubmatchIndex(tag)

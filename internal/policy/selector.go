@@ -32,11 +32,14 @@ type picker interface {
 	rejected() string
 }
 
-// NewSelector validates the policy and filterTags of spec and returns the Selector that
-// applies them. Its errors wrap ErrInvalidPolicy.
+// NewSelector validates the policy, filterTags and verify of spec and returns the Selector that
+// applies the first two. Its errors wrap ErrInvalidPolicy.
 func NewSelector(spec v1.ImagePolicySpec) (*Selector, error) {
 	p, err := newPicker(spec.Policy)
 	if err != nil {
+		return nil, invalidPolicy(err)
+	}
+	if err := checkVerify(spec.Verify); err != nil {
 		return nil, invalidPolicy(err)
 	}
 	s := &Selector{picker: p}
@@ -54,20 +57,49 @@ func (s *Selector) Latest(tags []string) (string, error) {
 	if len(tags) == 0 {
 		return "", fmt.Errorf("%w: the repository has no tags", ErrNoCandidates)
 	}
-	matched := 0
-	tag, ok, err := s.picker.pick(s.filter.candidates(tags, &matched))
+	matched, referrers := 0, 0
+	tag, ok, err := s.picker.pick(s.filter.candidates(tags, &matched, &referrers))
+	images := len(tags) - referrers
 	switch {
 	case err != nil:
 		return "", err
 	case ok:
 		return tag, nil
+	case images == 0:
+		return "", fmt.Errorf("%w: each of the %d tags names a signature, attestation or referrer (sha256-<digest>), never an image to deploy", ErrNoCandidates, len(tags))
 	case matched == 0:
-		return "", fmt.Errorf("%w: none of the %d tags matches filterTags pattern %q", ErrNoCandidates, len(tags), s.filter.re.String())
-	case matched < len(tags):
+		return "", fmt.Errorf("%w: none of the %d tags matches filterTags pattern %q", ErrNoCandidates, images, s.filter.re.String())
+	case matched < images:
 		return "", fmt.Errorf("%w: none of the %d tags that match filterTags %s", ErrNoCandidates, matched, s.picker.rejected())
 	default:
-		return "", fmt.Errorf("%w: none of the %d tags %s", ErrNoCandidates, len(tags), s.picker.rejected())
+		return "", fmt.Errorf("%w: none of the %d tags %s", ErrNoCandidates, images, s.picker.rejected())
 	}
+}
+
+// Ranked returns up to n of tags that Latest may choose from, best first: the first is Latest's
+// answer, the second the answer once the first is gone, and so on. Its errors are Latest's, for
+// the first.
+func (s *Selector) Ranked(tags []string, n int) ([]string, error) {
+	var out []string
+	rest := tags
+	for len(out) < n {
+		tag, err := s.Latest(rest)
+		if err != nil {
+			if len(out) > 0 && errors.Is(err, ErrNoCandidates) {
+				break
+			}
+			return nil, err
+		}
+		out = append(out, tag)
+		next := make([]string, 0, len(rest)-1)
+		for _, t := range rest {
+			if t != tag {
+				next = append(next, t)
+			}
+		}
+		rest = next
+	}
+	return out, nil
 }
 
 func newPicker(choice v1.ImagePolicyChoice) (picker, error) {

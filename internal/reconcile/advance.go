@@ -135,7 +135,7 @@ func (e *Evaluator) advance(ctx context.Context, w *policyWorld, pol *v1.ImagePo
 	markStep(ctx, "advanced")
 	inputs := policyInputs{uid: string(pol.UID), generation: pol.Generation, request: token,
 		revision: d.to, image: repo.Spec.Image}
-	out, err = e.succeed(ctx, pol, token, &latest, inputs)
+	out, err = e.succeed(ctx, pol, token, &latest, inputs, "")
 	return out, true, err
 }
 

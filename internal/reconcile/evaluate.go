@@ -106,9 +106,12 @@ type Evaluator struct {
 	// PageSize is the limit of each list call of EvaluateRepository; zero means
 	// kube.DefaultPageSize.
 	PageSize int64
+	// Verifier builds the signature checks of policies with spec.verify; nil fails them.
+	Verifier NewImageVerifier
 
 	mu   sync.Mutex
 	done map[string]policyInputs
+	memo verifyMemo
 }
 
 // policyInputs is what a successful evaluation depended on.
@@ -118,6 +121,9 @@ type policyInputs struct {
 	request    string
 	revision   string
 	image      string
+	// verifier is the ID of the policy's ImageVerifier, if it has spec.verify: a change of
+	// the trusted keys is a change of the result.
+	verifier string
 }
 
 // Evaluate evaluates the ImagePolicy namespace/name. The outcome of the policy (success or a
@@ -223,8 +229,13 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	if err != nil {
 		return e.fail(ctx, pol, token, v1.InvalidPolicyReason, true, err)
 	}
-
-	if out, ok, err := e.advance(ctx, w, pol, token, repo, id, sel); ok {
+	var iv ImageVerifier
+	if pol.Spec.Verify != nil {
+		if iv, err = e.verifierOf(ctx, pol); err != nil {
+			return e.fail(ctx, pol, token, v1.VerificationErrorReason, errors.Is(err, errVerifyConfig), err)
+		}
+	} else if out, ok, err := e.advance(ctx, w, pol, token, repo, id, sel); ok {
+		// A delta's added tags are not verified yet: policies with verify read the store.
 		return out, err
 	}
 	key := StoreKey(repoNS, repoName)
@@ -237,6 +248,9 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	}
 	inputs := policyInputs{uid: string(pol.UID), generation: pol.Generation, request: token,
 		revision: rev, image: repo.Spec.Image}
+	if iv != nil {
+		inputs.verifier = iv.ID()
+	}
 	if e.unchanged(pol, inputs) {
 		out.Result = PolicyUnchanged
 		return out, nil
@@ -251,6 +265,13 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 		return e.failNoTags(ctx, pol, token, repo, nil)
 	}
 	inputs.revision = entry.Revision
+	if iv != nil {
+		var d *delta
+		if w.delta != nil && w.delta.id == id {
+			d = w.delta
+		}
+		return e.evaluateVerified(ctx, pol, token, repo, key, entry, d, sel, iv, inputs)
+	}
 
 	markStep(ctx, "tags")
 	tag, err := sel.Latest(entry.Tags)
@@ -263,7 +284,37 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 		return e.fail(ctx, pol, token, registry.Reason(err), registry.Stalled(err), fmt.Errorf(
 			"failed fetching digest of %s: %w", latest.String(), err))
 	}
-	return e.succeed(ctx, pol, token, latest, inputs)
+	return e.succeed(ctx, pol, token, latest, inputs, "")
+}
+
+// evaluateVerified selects, among the stored tags of entry, the best whose signature verifies
+// under iv (d, when set, is the verified delta that produced entry), and writes the outcome:
+// the selected tag, with the better tags it skipped named in the Ready message and a Warning
+// Event; or, when none of the best MaxVerifiedCandidates verifies, Ready=False with latestRef
+// kept as it is.
+func (e *Evaluator) evaluateVerified(ctx context.Context, pol *v1.ImagePolicy, token string, repo *v1.ImageRepository,
+	key string, entry store.Entry, d *delta, sel *policy.Selector, iv ImageVerifier, inputs policyInputs) (PolicyOutcome, error) {
+	tag, digest, skipped, checked, err := e.selectVerified(ctx, pol, repo, key, entry, d, sel, iv)
+	var regErr *registry.Error
+	switch {
+	case errors.As(err, &regErr):
+		return e.fail(ctx, pol, token, registry.Reason(err), registry.Stalled(err), err)
+	case err != nil && (errors.Is(err, policy.ErrNoCandidates) || tag == "" && checked == 0):
+		return e.fail(ctx, pol, token, v1.FailureReason, false, err)
+	case err != nil:
+		// The verifier could not read the registry: a retry may get a verdict.
+		return e.fail(ctx, pol, token, v1.ReadOperationFailedReason, false, err)
+	case tag == "":
+		return e.fail(ctx, pol, token, v1.VerificationErrorReason, false, fmt.Errorf(
+			"no signature verifies for any of the %d best tags, so latestRef is kept: %s", checked, describeSkipped(skipped)))
+	}
+	latest := &v1.ImageRef{Name: repo.Spec.Image, Tag: tag}
+	latest.Digest = verifiedDigest(pol, latest, digest)
+	note := ""
+	if len(skipped) > 0 {
+		note = "skipped newer tags whose signature does not verify: " + describeSkipped(skipped)
+	}
+	return e.succeed(ctx, pol, token, latest, inputs, note)
 }
 
 // finalize lets a policy being deleted go, suspended or not: Flux's finalizer, which reflector
@@ -303,10 +354,12 @@ func (e *Evaluator) digest(ctx context.Context, pol *v1.ImagePolicy, repo *v1.Im
 }
 
 // succeed writes a successful evaluation: latestRef (and observedPreviousRef when it changes)
-// and Ready=True with Flux's message.
-func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token string, latest *v1.ImageRef, inputs policyInputs) (PolicyOutcome, error) {
+// and Ready=True with Flux's message, followed by note when there is one; a note that is new
+// is also a Warning Event.
+func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token string, latest *v1.ImageRef, inputs policyInputs, note string) (PolicyOutcome, error) {
 	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicySucceeded, Latest: latest}
 	var wasReady bool
+	var oldMessage string
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	started := evaluatedRevision(pol)
@@ -318,6 +371,9 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 		}
 		st := &p.Status
 		wasReady = apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition)
+		if c := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition); c != nil {
+			oldMessage = c.Message
+		}
 		out.Changed, out.Previous = false, nil
 		if st.LatestRef == nil || *st.LatestRef != *latest {
 			out.Changed, out.Previous = true, st.LatestRef
@@ -329,7 +385,7 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 		if token != "" {
 			st.LastHandledReconcileAt = token
 		}
-		markSucceeded(&st.Conditions, pol.Generation, readyMessage(st))
+		markSucceeded(&st.Conditions, pol.Generation, withNote(readyMessage(st), note))
 		// The cron reconciler compares this with the repository's revision to find policies
 		// whose TagsChanged event was lost.
 		set(&st.Conditions, pol.Generation, v1.TagsEvaluatedCondition, metav1.ConditionTrue,
@@ -345,6 +401,10 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 	if out.Changed || !wasReady {
 		e.Recorder.Normal(updated, v1.SucceededReason, readyMessage(&updated.Status))
 	}
+	// The stored message is bounded (set), so it is compared as stored.
+	if message := redact.Text(withNote(readyMessage(&updated.Status), note)); note != "" && (out.Changed || message != oldMessage) {
+		e.Recorder.Warning(updated, v1.VerificationErrorReason, note)
+	}
 	if out.Changed && e.Sink != nil {
 		data := events.LatestChanged{Namespace: pol.Namespace, Name: pol.Name, Previous: out.Previous, Latest: latest}
 		if err := e.Sink.Send(ctx, events.TypeLatestChanged, pol.Namespace+"/"+pol.Name, data); err != nil {
@@ -354,6 +414,14 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 		}
 	}
 	return out, nil
+}
+
+// withNote appends note to message.
+func withNote(message, note string) string {
+	if note == "" {
+		return message
+	}
+	return message + "; " + note
 }
 
 // readyMessage is Flux's Ready message of a resolved ImagePolicy.

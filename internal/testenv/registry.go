@@ -56,6 +56,13 @@ type registryConfig struct {
 	aliases            []string
 	maxPage            int
 	defaultPage        int
+	referrers          bool
+}
+
+// RegistryReferrers serves the OCI 1.1 referrers API; without it, clients fall back to the
+// referrers tag schema (sha256-<hex> tags), as with registries that predate OCI 1.1.
+func RegistryReferrers() RegistryOption {
+	return func(c *registryConfig) { c.referrers = true }
 }
 
 // RegistryBasicAuth makes the registry answer 401 with a Basic challenge to every request that
@@ -102,7 +109,7 @@ func NewRegistry(t testing.TB, opts ...RegistryOption) *Registry {
 	for _, o := range opts {
 		o(&r.cfg)
 	}
-	inner := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
+	inner := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)), ggcrregistry.WithReferrersSupport(r.cfg.referrers))
 	r.pages = &registryPages{inner: inner, cfg: &r.cfg, lists: map[string]*registryTagList{}}
 	r.srv = httptest.NewUnstartedServer(r.record(r.inject(r.authenticate(r.pages))))
 	// Handshakes that tests make fail on purpose would otherwise be logged.

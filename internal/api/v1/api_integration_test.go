@@ -2,6 +2,7 @@ package v1_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,6 +73,19 @@ func TestAPIIntegrationExamples(t *testing.T) {
 	}
 	if semver.Spec.DigestReflectionPolicy != v1.ReflectNever {
 		t.Errorf("default digestReflectionPolicy = %q", semver.Spec.DigestReflectionPolicy)
+	}
+
+	objs, err := env.Apply(ctx, ns, []byte(`{"apiVersion": "image.toolkit.fluxcd.io/v1", "kind": "ImagePolicy", "metadata": {"name": "verified"},
+		"spec": {"imageRepositoryRef": {"name": "podinfo"}, "policy": {"semver": {"range": "1.x"}}, "verify": {"secretRef": {"name": "cosign-keys"}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	verified, err := c.Policies.Get(ctx, ns, objs[0].GetName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := verified.Spec.Verify; v == nil || v.Provider != v1.VerificationProviderCosign || v.SecretRef == nil || v.SecretRef.Name != "cosign-keys" {
+		t.Errorf("spec.verify = %+v, want provider cosign by default and the secretRef", v)
 	}
 
 	defaulted, err := c.Policies.Create(ctx, &v1.ImagePolicy{
@@ -175,6 +189,16 @@ func TestAPIIntegrationValidation(t *testing.T) {
 			name:     "bad reflection policy",
 			manifest: policyYAML(`"policy": {"semver": {"range": "1.x"}}, "digestReflectionPolicy": "Sometimes"`),
 			want:     []string{`spec.digestReflectionPolicy: Unsupported value: "Sometimes": supported values: "Always", "IfNotPresent", "Never"`},
+		},
+		{
+			name:     "unknown verification provider",
+			manifest: policyYAML(`"policy": {"semver": {"range": "1.x"}}, "verify": {"provider": "gpg", "secretRef": {"name": "keys"}}`),
+			want:     []string{`spec.verify.provider: Unsupported value: "gpg": supported values: "cosign", "notation"`},
+		},
+		{
+			name:     "identity without subject",
+			manifest: policyYAML(`"policy": {"semver": {"range": "1.x"}}, "verify": {"matchOIDCIdentity": [{"issuer": ".*"}]}`),
+			want:     []string{"spec.verify.matchOIDCIdentity[0].subject: Required value"},
 		},
 		{
 			name:     "missing repository reference",
@@ -317,5 +341,32 @@ func TestAPIIntegrationPolicyRepositoryRefIsSelectable(t *testing.T) {
 	}
 	if strings.Join(names, ",") != "a1,a2" {
 		t.Errorf("selected %v, want a1 and a2", names)
+	}
+}
+
+// TestAPIIntegrationVerifyIsExplained reads the OpenAPI v3 document that `kubectl explain`
+// reads, and finds spec.verify described in it.
+func TestAPIIntegrationVerifyIsExplained(t *testing.T) {
+	env, _ := client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var doc []byte
+	testenv.Eventually(t, 20*time.Second, func() error {
+		var err error
+		doc, err = env.Clientset().Discovery().RESTClient().Get().AbsPath("/openapi/v3/apis/image.toolkit.fluxcd.io/v1").DoRaw(ctx)
+		if err == nil && !strings.Contains(string(doc), "matchOIDCIdentity") {
+			err = errors.New("the OpenAPI document does not describe spec.verify yet")
+		}
+		return err
+	})
+	for _, want := range []string{
+		"Verify lets only images whose signature verifies become the latest",
+		"Provider specifies the technology used to sign the",
+		"SecretRef specifies the Kubernetes Secret containing the trusted public keys",
+		"Issuer specifies the regex pattern",
+	} {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("the OpenAPI document of image.toolkit.fluxcd.io/v1 does not say %q", want)
+		}
 	}
 }

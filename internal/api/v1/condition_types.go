@@ -65,4 +65,8 @@ const (
 	// FeatureGateDisabledReason signals that the object asks for something that a feature
 	// gate of reflector, off in this installation, would allow: object-level workload identity.
 	FeatureGateDisabledReason = "FeatureGateDisabled"
+	// VerificationErrorReason signals that spec.verify could not be satisfied: no candidate
+	// image carries a valid signature, or the trusted keys cannot be used. It is the reason
+	// Flux's source-controller gives its own verification failures.
+	VerificationErrorReason = "VerificationError"
 )

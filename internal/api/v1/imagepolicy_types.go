@@ -57,6 +57,51 @@ type ImagePolicySpec struct {
 	// evaluations already started. Defaults to false.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+
+	// Verify lets only images whose signature verifies become the latest: the tags are taken
+	// in the policy's order, best first, and the first whose digest carries a valid signature
+	// is selected. Newer tags without one are reported and skipped. It has the shape and
+	// meaning of Flux source-controller's OCIRepository spec.verify.
+	// +optional
+	Verify *OCIRepositoryVerification `json:"verify,omitempty"`
+}
+
+// Verification providers that spec.verify.provider accepts.
+const (
+	VerificationProviderCosign   = "cosign"
+	VerificationProviderNotation = "notation"
+)
+
+// OCIRepositoryVerification verifies the authenticity of an OCI artifact.
+type OCIRepositoryVerification struct {
+	// Provider specifies the technology used to sign the OCI artifact.
+	// +kubebuilder:validation:Enum=cosign;notation
+	// +kubebuilder:default:=cosign
+	Provider string `json:"provider"`
+
+	// SecretRef specifies the Kubernetes Secret containing the trusted public keys: for
+	// cosign, one or more PEM-encoded public keys, each under a key ending in ".pub".
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+
+	// MatchOIDCIdentity specifies the identity matching criteria to use while verifying an
+	// OCI artifact which was signed using cosign keyless signing. The artifact's identity is
+	// deemed to be verified if any of the specified matchers match against the identity.
+	// +optional
+	MatchOIDCIdentity []OIDCIdentityMatch `json:"matchOIDCIdentity,omitempty"`
+}
+
+// OIDCIdentityMatch specifies options for verifying the certificate identity, i.e. the issuer
+// and the subject of the certificate.
+type OIDCIdentityMatch struct {
+	// Issuer specifies the regex pattern to match against to verify the OIDC issuer in the
+	// Fulcio certificate. The pattern must be a valid Go regular expression.
+	// +required
+	Issuer string `json:"issuer"`
+	// Subject specifies the regex pattern to match against to verify the identity subject in
+	// the Fulcio certificate. The pattern must be a valid Go regular expression.
+	// +required
+	Subject string `json:"subject"`
 }
 
 // ReflectionPolicy describes whether and when a value from the registry is reflected in a field.

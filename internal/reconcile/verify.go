@@ -1,0 +1,250 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/policy"
+	"github.com/imagereflector/reflector/internal/registry"
+	"github.com/imagereflector/reflector/internal/store"
+)
+
+// UnverifiedTTL is how long a verdict that a digest carries no valid signature is remembered:
+// an image is often signed a moment after it is pushed, so a refusal is asked again after a
+// while, where a valid signature stays valid under the same keys.
+const UnverifiedTTL = time.Minute
+
+// MaxVerifiedCandidates bounds the tags whose signatures one evaluation of a policy with
+// spec.verify checks, best first.
+const MaxVerifiedCandidates = 10
+
+// ImageVerifier checks the signatures of images for one spec.verify and its trusted keys.
+type ImageVerifier interface {
+	// ID identifies what the verifier trusts: the same ID gives the same verdict on a digest.
+	ID() string
+	// Verify tells whether the manifest digest of repo carries a valid signature, and if not
+	// why; err means the registry could not be read, and there is no verdict.
+	Verify(ctx context.Context, repo name.Repository, digest string, opts ...remote.Option) (ok bool, reason string, err error)
+}
+
+// NewImageVerifier returns the ImageVerifier of spec, given the data of the Secret its
+// secretRef names (nil when it names none). Its errors are about the spec or the Secret's key
+// material, which only an edit cures, and must not quote key material.
+type NewImageVerifier func(spec *v1.OCIRepositoryVerification, secret map[string][]byte) (ImageVerifier, error)
+
+// verifyMemo remembers what verifications learnt: the digest of a tag in one stored tag list,
+// and the verdict on a digest under one verifier, so that evaluating an unchanged repository
+// again costs no registry request. Both are bounded; when full they start again.
+type verifyMemo struct {
+	mu       sync.Mutex
+	digests  map[memoTag]string
+	verdicts map[memoVerdict]verdict
+}
+
+type memoTag struct{ key, revision, tag string }
+
+// memoVerdict identifies a verdict: the verifier, the digest, and the referrer tags of that
+// digest in the stored list (policy.IsReferrerTag), so that a signature that arrives as a tag,
+// such as the referrers tag schema's index of a registry without the referrers API, is looked
+// at as soon as a scan lists it.
+type memoVerdict struct{ verifier, digest, referrers string }
+
+type verdict struct {
+	ok     bool
+	reason string
+	at     time.Time
+}
+
+// maxMemo bounds each of verifyMemo's maps.
+const maxMemo = 4096
+
+func (m *verifyMemo) digest(k memoTag) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, ok := m.digests[k]
+	return d, ok
+}
+
+func (m *verifyMemo) putDigest(k memoTag, d string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.digests == nil || len(m.digests) >= maxMemo {
+		m.digests = map[memoTag]string{}
+	}
+	m.digests[k] = d
+}
+
+func (m *verifyMemo) verdict(k memoVerdict, now time.Time) (verdict, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.verdicts[k]
+	if ok && !v.ok && now.Sub(v.at) >= UnverifiedTTL {
+		return verdict{}, false
+	}
+	return v, ok
+}
+
+func (m *verifyMemo) putVerdict(k memoVerdict, v verdict) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.verdicts == nil || len(m.verdicts) >= maxMemo {
+		m.verdicts = map[memoVerdict]verdict{}
+	}
+	m.verdicts[k] = v
+}
+
+// skippedTag is a candidate better than the one selected whose signature did not verify.
+type skippedTag struct{ tag, reason string }
+
+func describeSkipped(skipped []skippedTag) string {
+	parts := make([]string, len(skipped))
+	for i, s := range skipped {
+		parts[i] = fmt.Sprintf("%s (%s)", s.tag, s.reason)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// errVerifyConfig marks the errors of verifierOf that only an edit of the spec or the Secret
+// cures.
+var errVerifyConfig = errors.New("spec.verify")
+
+// verifierOf returns the ImageVerifier of pol's spec.verify, reading its Secret.
+func (e *Evaluator) verifierOf(ctx context.Context, pol *v1.ImagePolicy) (ImageVerifier, error) {
+	if e.Verifier == nil {
+		return nil, errors.New("spec.verify: this process does not verify signatures; the policy function does")
+	}
+	spec := pol.Spec.Verify
+	var data map[string][]byte
+	if ref := spec.SecretRef; ref != nil {
+		sec, err := e.Kube.Secrets.Get(ctx, pol.Namespace, ref.Name)
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("spec.verify.secretRef: Secret %s/%s not found", pol.Namespace, ref.Name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("spec.verify.secretRef: reading Secret %s/%s: %w", pol.Namespace, ref.Name, err)
+		}
+		data = sec.Data
+	}
+	iv, err := e.Verifier(spec, data)
+	if err != nil {
+		if spec.SecretRef != nil {
+			return nil, fmt.Errorf("%w: Secret %s/%s: %w", errVerifyConfig, pol.Namespace, spec.SecretRef.Name, err)
+		}
+		return nil, fmt.Errorf("%w: %w", errVerifyConfig, err)
+	}
+	return iv, nil
+}
+
+// selectVerified returns the best of the stored tags whose digest carries a valid signature
+// under iv, checking at most MaxVerifiedCandidates, best first, and the better candidates it
+// skipped. When none verifies, tag is empty. err is the registry's (or the selection's, which
+// wraps policy.ErrNoCandidates or is a numerical parse failure). d, when set, is the verified
+// delta that produced entry: its added tags come with their digests, and the others' digests
+// are those of the revision it started from, so that a push costs only the pushed tag's check.
+func (e *Evaluator) selectVerified(ctx context.Context, pol *v1.ImagePolicy, repo *v1.ImageRepository, key string,
+	entry store.Entry, d *delta, sel *policy.Selector, iv ImageVerifier) (tag, digest string, skipped []skippedTag, checked int, err error) {
+	cands, err := sel.Ranked(entry.Tags, MaxVerifiedCandidates)
+	if err != nil {
+		return "", "", nil, 0, err
+	}
+	// The registry is prepared on the first question the memo cannot answer, so that an
+	// unchanged repository costs no request at all, not even a ping.
+	var scan *registry.Scan
+	defer func() {
+		if scan != nil {
+			scan.Close()
+		}
+	}()
+	prepare := func() error {
+		if scan != nil {
+			return nil
+		}
+		var err error
+		scan, err = e.Registry.Prepare(ctx, e.Kube, repo)
+		return err
+	}
+	// A digest that the registry may have moved since is never taken from memory.
+	fresh := pol.GetDigestReflectionPolicy() == v1.ReflectAlways
+	referrers := referrerTags(entry.Tags)
+	for _, tag := range cands {
+		checked++
+		tk := memoTag{key: key, revision: entry.Revision, tag: tag}
+		digest, ok := e.memo.digest(tk)
+		if !ok && d != nil && d.to == entry.Revision {
+			if digest = d.digests[tag]; digest == "" {
+				digest, _ = e.memo.digest(memoTag{key: key, revision: d.from, tag: tag})
+			}
+			if ok = digest != ""; ok {
+				e.memo.putDigest(tk, digest)
+			}
+		}
+		if !ok || fresh {
+			if err := prepare(); err != nil {
+				return "", "", skipped, checked, err
+			}
+			if digest, err = scan.Head(ctx, tag); err != nil {
+				return "", "", skipped, checked, err
+			}
+			e.memo.putDigest(tk, digest)
+		}
+		vk := memoVerdict{verifier: iv.ID(), digest: digest, referrers: referrers[strings.TrimPrefix(digest, "sha256:")]}
+		v, ok := e.memo.verdict(vk, clock(e.Now)())
+		if !ok {
+			if err := prepare(); err != nil {
+				return "", "", skipped, checked, err
+			}
+			opts, cancel := scan.Remote(ctx)
+			v.ok, v.reason, err = iv.Verify(ctx, scan.Repository(), digest, opts...)
+			v.at = clock(e.Now)()
+			cancel()
+			if err != nil {
+				return "", "", skipped, checked, fmt.Errorf("verifying the signature of %s:%s: %w", repo.Spec.Image, tag, err)
+			}
+			e.memo.putVerdict(vk, v)
+		}
+		if v.ok {
+			return tag, digest, skipped, checked, nil
+		}
+		skipped = append(skipped, skippedTag{tag: tag, reason: v.reason})
+	}
+	return "", "", skipped, checked, nil
+}
+
+// referrerTags returns, for each digest's hex that referrer tags of tags name, those tags
+// joined in their (sorted) order.
+func referrerTags(tags []string) map[string]string {
+	out := map[string]string{}
+	for _, tag := range tags {
+		if policy.IsReferrerTag(tag) {
+			hex := tag[len("sha256-") : len("sha256-")+64]
+			if out[hex] != "" {
+				out[hex] += ","
+			}
+			out[hex] += tag
+		}
+	}
+	return out
+}
+
+// verifiedDigest is the digest latestRef gets under the policy's digestReflectionPolicy, given
+// the digest whose signature was verified.
+func verifiedDigest(pol *v1.ImagePolicy, latest *v1.ImageRef, verified string) string {
+	switch pol.GetDigestReflectionPolicy() {
+	case v1.ReflectNever:
+		return ""
+	case v1.ReflectIfNotPresent:
+		if old := pol.Status.LatestRef; old != nil && old.Name == latest.Name && old.Tag == latest.Tag && old.Digest != "" {
+			return old.Digest
+		}
+	}
+	return verified
+}

@@ -1,0 +1,371 @@
+package reconcile_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/signature"
+	"github.com/imagereflector/reflector/internal/testenv"
+)
+
+// verifyFixture is an evalFixture whose Evaluator verifies signatures with internal/signature,
+// as the policy function's does, against an in-process registry, with a clock the test moves.
+type verifyFixture struct {
+	*evalFixture
+	reg     *testenv.Registry
+	trusted *testenv.CosignKey
+	other   *testenv.CosignKey
+
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newVerifyFixture(t *testing.T, opts ...testenv.RegistryOption) *verifyFixture {
+	t.Helper()
+	f := &verifyFixture{evalFixture: newEvalFixture(t), reg: testenv.NewRegistry(t, opts...),
+		trusted: testenv.NewCosignKey(t), other: testenv.NewCosignKey(t), now: time.Now()}
+	f.ev.Verifier = func(spec *v1.OCIRepositoryVerification, data map[string][]byte) (reconcile.ImageVerifier, error) {
+		return signature.New(spec, data)
+	}
+	f.ev.Now = func() time.Time {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.now
+	}
+	f.secret(t, "cosign-keys", map[string][]byte{"cosign.pub": f.trusted.PublicPEM})
+	return f
+}
+
+func (f *verifyFixture) advance(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = f.now.Add(d)
+}
+
+func (f *verifyFixture) secret(t *testing.T, name string, data map[string][]byte) {
+	t.Helper()
+	_, err := f.kube.Secrets.Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}, Data: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// verifiedPolicy creates the repository name of the registry's image name and a semver policy
+// of the same name over it that verifies with the Secret secret.
+func (f *verifyFixture) verifiedPolicy(t *testing.T, name, secret string) {
+	t.Helper()
+	f.repo(t, f.ns, name, f.reg.Image(name), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+	f.policy(t, f.ns, name, v1.ImagePolicySpec{ImageRepositoryRef: refTo(name), Policy: semver("*"),
+		Verify: &v1.OCIRepositoryVerification{Provider: "cosign", SecretRef: &v1.LocalObjectReference{Name: secret}}})
+}
+
+// request annotates a policy with a new reconcile request, so that it is evaluated again.
+func (f *verifyFixture) request(t *testing.T, name, token string) {
+	t.Helper()
+	p := f.get(t, f.ns, name)
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[v1.ReconcileRequestAnnotation] = token
+	if _, err := f.kube.Policies.Update(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIntegrationVerifiedSelection signs some of a repository's tags in the formats cosign writes,
+// others wrongly, and checks that the best validly signed tag becomes latest, that the better
+// ones are reported with why they were skipped, that evaluating again costs no registry request,
+// and that latestRef never moves to an unverified tag or back.
+func TestIntegrationVerifiedSelection(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []testenv.RegistryOption
+	}{{"referrers API", []testenv.RegistryOption{testenv.RegistryReferrers()}}, {"referrers tag schema", nil}} {
+		t.Run(mode.name, func(t *testing.T) {
+			f := newVerifyFixture(t, mode.opts...)
+			reg := f.reg
+			d100 := reg.Push(t, "app", "1.0.0")
+			reg.SignLegacy(t, "app", d100, f.trusted)
+			d110 := reg.Push(t, "app", "1.1.0")
+			reg.SignBundle(t, "app", d110, f.trusted)
+			reg.Push(t, "app", "1.2.0")
+			d130 := reg.Push(t, "app", "1.3.0")
+			reg.SignLegacy(t, "app", d130, f.other)
+			d140 := reg.Push(t, "app", "1.4.0")
+			reg.SignLegacy(t, "app", d140, f.trusted, testenv.SignOver(d100))
+			d150 := reg.Push(t, "app", "1.5.0")
+			reg.SignBundle(t, "app", d150, f.trusted, testenv.SignTampered())
+			f.verifiedPolicy(t, "app", "cosign-keys")
+			tags := []string{"1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0",
+				strings.Replace(d100, ":", "-", 1) + ".sig", strings.Replace(d110, ":", "-", 1)}
+			f.put(t, f.ns, "app", tags...)
+
+			out := f.evaluate(t, f.ns, "app")
+			if out.Result != reconcile.PolicySucceeded || out.Latest == nil || out.Latest.Tag != "1.1.0" {
+				t.Fatalf("outcome %+v, want 1.1.0 selected", out)
+			}
+			p := f.get(t, f.ns, "app")
+			checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0; skipped newer tags", false)
+			ready := readyMessage(p)
+			for _, want := range []string{"1.5.0 (", "no signature bundle verifies", "1.4.0 (the signature is over another digest",
+				"1.3.0 (signed, but no signature verifies with the trusted keys", "1.2.0 (not signed)"} {
+				if !strings.Contains(ready, want) {
+					t.Errorf("Ready message %q does not say %q", ready, want)
+				}
+			}
+			f.waitEvent(t, f.ns, "app", corev1.EventTypeWarning, v1.VerificationErrorReason, "1.2.0 (not signed)")
+
+			// Evaluating the unchanged repository again costs no registry request.
+			before := reg.RequestCount()
+			f.request(t, "app", "again")
+			if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySucceeded || out.Latest.Tag != "1.1.0" {
+				t.Fatalf("second outcome %+v", out)
+			}
+			if n := reg.RequestCount() - before; n != 0 {
+				t.Errorf("evaluating an unchanged repository again made %d registry requests, want 0", n)
+			}
+
+			// An unsigned newer tag does not move latestRef, neither up nor back.
+			reg.Push(t, "app", "2.0.0")
+			f.put(t, f.ns, "app", append(tags, "2.0.0")...)
+			if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" || out.Changed {
+				t.Fatalf("after an unsigned 2.0.0: %+v, want 1.1.0 kept", out)
+			}
+			// Signed a moment later, it is taken once the refusal is no longer remembered.
+			reg.SignLegacy(t, "app", reg.ImageDigest(t, "app", "2.0.0"), f.trusted)
+			f.advance(reconcile.UnverifiedTTL)
+			f.request(t, "app", "signed")
+			if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "2.0.0" || !out.Changed {
+				t.Fatalf("after signing 2.0.0: %+v, want 2.0.0", out)
+			}
+			checkReady(t, f.get(t, f.ns, "app"), metav1.ConditionTrue, v1.SucceededReason, "updated from 1.1.0 to 2.0.0", false)
+		})
+	}
+}
+
+func TestIntegrationVerifiedSelectionNoneVerifies(t *testing.T) {
+	f := newVerifyFixture(t)
+	f.reg.Push(t, "app", "1.0.0")
+	f.reg.SignLegacy(t, "app", f.reg.Push(t, "app", "1.1.0"), f.other)
+	f.verifiedPolicy(t, "app", "cosign-keys")
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	kept := &v1.ImageRef{Name: f.reg.Image("app"), Tag: "0.9.0"}
+	f.seed(t, f.ns, "app", kept)
+
+	out := f.evaluate(t, f.ns, "app")
+	if out.Result != reconcile.PolicyFailed || !sameRef(out.Latest, kept) {
+		t.Fatalf("outcome %+v, want a failure that keeps %s", out, refString(kept))
+	}
+	p := f.get(t, f.ns, "app")
+	if !sameRef(p.Status.LatestRef, kept) {
+		t.Errorf("latestRef = %s, want %s kept", refString(p.Status.LatestRef), refString(kept))
+	}
+	checkReady(t, p, metav1.ConditionFalse, v1.VerificationErrorReason,
+		"no signature verifies for any of the 2 best tags, so latestRef is kept: 1.1.0 (signed, but no signature verifies with the trusted keys), 1.0.0 (not signed)", false)
+	f.waitEvent(t, f.ns, "app", corev1.EventTypeWarning, v1.VerificationErrorReason, "no signature verifies")
+}
+
+// TestIntegrationVerifiedSelectionAtMostTenChecked pushes more unsigned tags than one evaluation
+// checks above a signed one: latestRef stays where it was.
+func TestIntegrationVerifiedSelectionAtMostTenChecked(t *testing.T) {
+	f := newVerifyFixture(t)
+	f.reg.SignLegacy(t, "app", f.reg.Push(t, "app", "1.0.0"), f.trusted)
+	tags := []string{"1.0.0"}
+	for i := 1; i <= reconcile.MaxVerifiedCandidates; i++ {
+		tag := fmt.Sprintf("1.0.%d", i)
+		f.reg.Push(t, "app", tag)
+		tags = append(tags, tag)
+	}
+	f.verifiedPolicy(t, "app", "cosign-keys")
+	f.put(t, f.ns, "app", tags...)
+	heads := func() int {
+		n := 0
+		for _, r := range f.reg.Requests() {
+			if r.Method == "HEAD" && strings.Contains(r.URI, "/manifests/1.") {
+				n++
+			}
+		}
+		return n
+	}
+	out := f.evaluate(t, f.ns, "app")
+	if out.Result != reconcile.PolicyFailed || out.Reason != v1.VerificationErrorReason {
+		t.Fatalf("outcome %+v, want VerificationError", out)
+	}
+	if n := heads(); n != reconcile.MaxVerifiedCandidates {
+		t.Errorf("%d tags resolved, want %d", n, reconcile.MaxVerifiedCandidates)
+	}
+}
+
+func TestIntegrationVerifiedSelectionBadKeys(t *testing.T) {
+	f := newVerifyFixture(t)
+	f.secret(t, "bad-keys", map[string][]byte{"cosign.pub": []byte("-----BEGIN EC PRIVATE KEY-----\nc2VjcmV0LWtleS1tYXRlcmlhbA==\n-----END EC PRIVATE KEY-----\n")})
+	f.reg.Push(t, "app", "1.0.0")
+	f.verifiedPolicy(t, "app", "bad-keys")
+	f.put(t, f.ns, "app", "1.0.0")
+	before := f.reg.RequestCount()
+	out := f.evaluate(t, f.ns, "app")
+	if out.Result != reconcile.PolicyStalled {
+		t.Fatalf("outcome %+v, want Stalled", out)
+	}
+	p := f.get(t, f.ns, "app")
+	checkReady(t, p, metav1.ConditionFalse, v1.VerificationErrorReason, `Secret `+f.ns+`/bad-keys: invalid key material: "cosign.pub": a PEM block of type "EC PRIVATE KEY", not PUBLIC KEY`, true)
+	if strings.Contains(readyMessage(p), "c2VjcmV0") {
+		t.Errorf("the Ready message quotes the key material: %q", readyMessage(p))
+	}
+	if n := f.reg.RequestCount() - before; n != 0 {
+		t.Errorf("%d registry requests with unusable keys, want 0", n)
+	}
+
+	// A missing Secret may yet be created: not Stalled.
+	f.repo(t, f.ns, "other", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+	f.policy(t, f.ns, "other", v1.ImagePolicySpec{ImageRepositoryRef: refTo("other"), Policy: semver("*"),
+		Verify: &v1.OCIRepositoryVerification{Provider: "cosign", SecretRef: &v1.LocalObjectReference{Name: "absent"}}})
+	f.put(t, f.ns, "other", "1.0.0")
+	f.evaluate(t, f.ns, "other")
+	checkReady(t, f.get(t, f.ns, "other"), metav1.ConditionFalse, v1.VerificationErrorReason, "Secret "+f.ns+"/absent not found", false)
+}
+
+func readyMessage(p *v1.ImagePolicy) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.ReadyCondition {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+// addPushed adds tag to the stored list of ns/name as the scan's incremental path does after a
+// push, and returns the signed TagsChanged event with the tag's real digest.
+func (f *verifyFixture) addPushed(t *testing.T, name, tag, digest string) events.TagsChanged {
+	t.Helper()
+	id := f.ids[reconcile.StoreKey(f.ns, name)]
+	a, err := f.writer.Add(context.Background(), reconcile.StoreKey(f.ns, name), id, []string{tag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := events.TagsChanged{Namespace: f.ns, Name: name, Revision: a.Entry.Revision, Delta: &events.TagsDelta{
+		UID: id.UID, Image: id.Image, Listing: id.Listing, From: a.From,
+		Added: []events.AddedTag{{Tag: tag, Digest: digest}}}}
+	key, err := f.writer.ProofKey(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sign(key); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestIntegrationVerifiedPushChecksOnlyThePushedTag evaluates a policy with verify after a push
+// whose event carries the delta: only the pushed image's signatures are read from the registry.
+func TestIntegrationVerifiedPushChecksOnlyThePushedTag(t *testing.T) {
+	f := newVerifyFixture(t)
+	d100 := f.reg.Push(t, "app", "1.0.0")
+	f.reg.SignLegacy(t, "app", d100, f.trusted)
+	d110 := f.reg.Push(t, "app", "1.1.0")
+	f.verifiedPolicy(t, "app", "cosign-keys")
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
+		t.Fatalf("outcome %+v, want 1.0.0", out)
+	}
+
+	d200 := f.reg.Push(t, "app", "2.0.0")
+	f.reg.SignBundle(t, "app", d200, f.trusted)
+	change := f.addPushed(t, "app", "2.0.0", d200)
+	f.cached(t, f.ns+"/app")
+	before := len(f.reg.Requests())
+	outs, err := f.ev.EvaluateChange(context.Background(), change)
+	if err != nil || len(outs) != 1 || outs[0].Latest == nil || outs[0].Latest.Tag != "2.0.0" {
+		t.Fatalf("EvaluateChange() = %+v, %v; want 2.0.0", outs, err)
+	}
+	made := f.reg.Requests()[before:]
+	t.Logf("registry requests for the push of a signed tag: %d", len(made))
+	for _, r := range made {
+		t.Logf("  %s %s %d", r.Method, r.URI, r.Status)
+		if r.Method == "HEAD" && strings.Contains(r.URI, "/manifests/") && !strings.Contains(r.URI, "sha256") {
+			t.Errorf("resolved a tag the delta and the memory knew: %s %s", r.Method, r.URI)
+		}
+		for _, old := range []string{d100, d110} {
+			if hex := strings.TrimPrefix(old, "sha256:"); strings.Contains(r.URI, hex) {
+				t.Errorf("read the signatures of an image checked before: %s %s", r.Method, r.URI)
+			}
+		}
+	}
+}
+
+// TestIntegrationVerifiedSelectionSignedAfterPush signs an image after its push was evaluated,
+// on a registry without the referrers API: the referrers tag schema's new tag, once listed, has
+// the signature looked at again at once, without waiting for the refusal to be forgotten.
+func TestIntegrationVerifiedSelectionSignedAfterPush(t *testing.T) {
+	f := newVerifyFixture(t)
+	f.reg.SignLegacy(t, "app", f.reg.Push(t, "app", "1.0.0"), f.trusted)
+	d110 := f.reg.Push(t, "app", "1.1.0")
+	f.verifiedPolicy(t, "app", "cosign-keys")
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
+		t.Fatalf("outcome %+v, want 1.0.0 while 1.1.0 is unsigned", out)
+	}
+	f.reg.SignBundle(t, "app", d110, f.trusted)
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0", strings.Replace(d110, ":", "-", 1))
+	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" {
+		t.Fatalf("outcome %+v, want 1.1.0 once its signature is listed", out)
+	}
+}
+
+// TestIntegrationVerifiedDigestIsReflected checks that latestRef.digest, where the policy
+// reflects digests, is the digest whose signature verified.
+func TestIntegrationVerifiedDigestIsReflected(t *testing.T) {
+	f := newVerifyFixture(t)
+	d100 := f.reg.Push(t, "app", "1.0.0")
+	f.reg.SignBundle(t, "app", d100, f.trusted)
+	f.reg.Push(t, "app", "1.1.0")
+	f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	verify := &v1.OCIRepositoryVerification{Provider: "cosign", SecretRef: &v1.LocalObjectReference{Name: "cosign-keys"}}
+	for name, want := range map[v1.ReflectionPolicy]string{v1.ReflectNever: "", v1.ReflectIfNotPresent: d100, v1.ReflectAlways: d100} {
+		spec := v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"), Verify: verify, DigestReflectionPolicy: name}
+		if name == v1.ReflectAlways {
+			spec.Interval = &metav1.Duration{Duration: time.Hour}
+		}
+		pol := strings.ToLower(string(name))
+		f.policy(t, f.ns, pol, spec)
+		out := f.evaluate(t, f.ns, pol)
+		if out.Latest == nil || out.Latest.Tag != "1.0.0" || out.Latest.Digest != want {
+			t.Errorf("%s: latest %s, want 1.0.0 with digest %q", name, refString(out.Latest), want)
+		}
+	}
+}
+
+// TestIntegrationVerifiedSelectionKeyless selects by keyless signatures of a Sigstore made for
+// the test, whose trusted root the Secret holds: an image signed by another identity is skipped.
+func TestIntegrationVerifiedSelectionKeyless(t *testing.T) {
+	f := newVerifyFixture(t)
+	sigstore := testenv.NewSigstore(t)
+	f.secret(t, "sigstore", map[string][]byte{signature.TrustedRootKey: sigstore.TrustedRootJSON(t)})
+	const issuer, subject = "https://token.actions.githubusercontent.com", "https://github.com/org/app/.github/workflows/release.yaml@refs/tags/v1"
+	f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.0.0"), sigstore, subject, issuer)
+	f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.1.0"), sigstore, "https://github.com/fork/app/.github/workflows/release.yaml@refs/tags/v1", issuer)
+	f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"),
+		Verify: &v1.OCIRepositoryVerification{Provider: "cosign", SecretRef: &v1.LocalObjectReference{Name: "sigstore"},
+			MatchOIDCIdentity: []v1.OIDCIdentityMatch{{Issuer: "^" + issuer + "$", Subject: "^https://github.com/org/app/"}}}})
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	out := f.evaluate(t, f.ns, "app")
+	if out.Latest == nil || out.Latest.Tag != "1.0.0" {
+		t.Fatalf("outcome %+v, want 1.0.0", out)
+	}
+	checkReady(t, f.get(t, f.ns, "app"), metav1.ConditionTrue, v1.SucceededReason,
+		// The subject's "@" reads as a URL's userinfo, which every condition message masks.
+		"1.1.0 (signed by https://xxxxx@refs/tags/v1 (issuer "+issuer+") that matchOIDCIdentity does not match)", false)
+}

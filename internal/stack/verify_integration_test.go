@@ -1,0 +1,97 @@
+package stack_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/stack"
+	"github.com/imagereflector/reflector/internal/testenv"
+)
+
+const verifiedManifests = `apiVersion: v1
+kind: Secret
+metadata:
+  name: cosign-keys
+stringData:
+  cosign.pub: |
+%[2]s
+---
+apiVersion: image.toolkit.fluxcd.io/v1
+kind: ImageRepository
+metadata:
+  name: signed
+spec:
+  image: %[1]s
+  interval: 1h
+  insecure: true
+---
+apiVersion: image.toolkit.fluxcd.io/v1
+kind: ImagePolicy
+metadata:
+  name: signed
+spec:
+  imageRepositoryRef:
+    name: signed
+  policy:
+    semver:
+      range: ^1.x
+  verify:
+    provider: cosign
+    secretRef:
+      name: cosign-keys
+`
+
+// TestVerifiedPushIntegration pushes images into docker-registry, which has no referrers API,
+// and signs some of them as cosign v3 does by default (a Sigstore bundle, indexed under the
+// referrers tag schema): through the whole system, an unsigned push is skipped and reported,
+// and the signature of an image pushed before brings it to latestRef.
+//
+// The signatures are made by testenv in the formats cosign writes; an image signed by the
+// cosign CLI itself, once its build is in the test cache, goes through the same steps.
+func TestVerifiedPushIntegration(t *testing.T) {
+	ctx := context.Background()
+	s := start(t, stack.Options{CronEvery: time.Hour})
+	key := testenv.NewCosignKey(t)
+	image := s.Registry + "/verified/app"
+	indented := "    " + strings.ReplaceAll(strings.TrimSpace(string(key.PublicPEM)), "\n", "\n    ")
+	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(verifiedManifests, image, indented))); err != nil {
+		t.Fatal(err)
+	}
+
+	d100, err := stack.Push(image + ":1.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.SignBundle(t, image, d100, key)
+	waitLatest(t, s, "signed", "1.0.0")
+
+	d110, err := stack.Push(image + ":1.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		p, err := s.Kube.Policies.Get(ctx, "default", "signed")
+		if err != nil {
+			return err
+		}
+		ready := apimeta.FindStatusCondition(p.Status.Conditions, v1.ReadyCondition)
+		if ready == nil || !strings.Contains(ready.Message, "1.1.0 (not signed)") {
+			return fmt.Errorf("the unsigned 1.1.0 is not reported yet: %+v", ready)
+		}
+		if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != "1.0.0" {
+			return fmt.Errorf("latestRef %+v, want 1.0.0 kept", p.Status.LatestRef)
+		}
+		return nil
+	})
+
+	signed := time.Now()
+	testenv.SignBundle(t, image, d110, key)
+	waitLatest(t, s, "signed", "1.1.0")
+	t.Logf("signature of 1.1.0 to latestRef: %v", time.Since(signed).Round(time.Millisecond))
+}
