@@ -188,7 +188,8 @@ build_knative_images() {
   root=$(cd .. && pwd)
   serving=$(cd tools/knative-serving && go list -m -f '{{.Version}}' knative.dev/serving)
   eventing=$(cd tools/knative && go list -m -f '{{.Version}}' knative.dev/eventing)
-  # Serving's release also takes the CRDs of networking's Ingresses, Certificates and
+  # Eventing's release adds the integrations' and transformations' image ConfigMaps that its
+  # controller mounts, from third_party/ (hack/release.sh). Serving's release also takes the CRDs of networking's Ingresses, Certificates and
   # ServerlessServices, config-network, and the caching Image CRD, from the modules it requires
   # (symbolic links in its repository, which module zips leave out).
   (cd tools/knative-serving && go mod download knative.dev/serving knative.dev/networking knative.dev/caching)
@@ -200,15 +201,15 @@ build_knative_images() {
   work=$CACHE/build-knative-images
   local specs=(
     "serving=$work/knative-serving:$s/config/core,$n/config,$c/config"
-    "eventing=$work/knative:$e/config/core"
+    "eventing=$work/knative:$e/config/core,$e/third_party/eventing-integrations-latest"
     "in-memory-channel=$work/knative:$e/config/channels/in-memory-channel"
     "mt-channel-broker=$work/knative:$e/config/brokers/mt-channel-broker"
   )
   make -s -C .. ko >/dev/null
   ko=$root/bin/ko
-  # The builder, ko and what is built; the base image is BaseImage of internal/node, whose
-  # files change rarely: delete the directory to rebuild after such a change.
-  key=$( (cat knative-images/main.go; "$ko" version; printf '%s\n' "${specs[@]}") | sha256sum | cut -c1-8)
+  # The builder, ko, what is built and the base image (BaseImage of internal/node).
+  local base; base=$(cd .. && go run ./hack/knative-images -print-base)
+  key=$( (cat knative-images/main.go; "$ko" version; printf '%s\n' "${specs[@]}" "$base") | sha256sum | cut -c1-8)
   out=$BIN/knative-images-$serving-$eventing-$key
   if [ ! -d "$out" ]; then
     log "building Knative's images (Serving $serving, Eventing $eventing)"
@@ -219,6 +220,11 @@ build_knative_images() {
     done
     (cd .. && go run ./hack/knative-images -out "$out" -ko "$ko" "${specs[@]}")
     rm -rf "$work"
+    # Earlier builds (about 600 MB each).
+    local old
+    for old in "$BIN"/knative-images-*; do
+      [ "$old" = "$out" ] || rm -rf "$old"
+    done
   fi
   ln -sfn "$(basename "$out")" "$BIN/knative-images"
 }

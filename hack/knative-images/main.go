@@ -10,6 +10,7 @@
 // of its own on 127.0.0.1 for the build, and copies the images out of it when ko is done.
 //
 // Usage: knative-images -out DIR -ko KO NAME=MODULE_DIR:CONFIG_DIR[,CONFIG_DIR...] ...
+// or knative-images -print-base, which prints the digest of the base image.
 // Each NAME becomes DIR/NAME.yaml, built in MODULE_DIR (a module that requires the Knative
 // module whose config directories are named).
 package main
@@ -44,7 +45,20 @@ import (
 func main() {
 	out := flag.String("out", "", "the directory to write (it must not exist; written whole or not at all)")
 	ko := flag.String("ko", "ko", "the ko binary")
+	printBase := flag.Bool("print-base", false, "print the base image's digest and exit: what the images are built on")
 	flag.Parse()
+	if *printBase {
+		base, err := node.BaseImage()
+		if err == nil {
+			var d fmt.Stringer
+			d, err = base.Digest()
+			if err == nil {
+				fmt.Println(d)
+				return
+			}
+		}
+		log.Fatalf("knative-images: %v", err)
+	}
 	if *out == "" || flag.NArg() == 0 {
 		log.Fatal("usage: knative-images -out DIR -ko KO NAME=MODULE_DIR:CONFIG_DIR[,CONFIG_DIR...] ...")
 	}

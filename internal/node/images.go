@@ -36,16 +36,18 @@ type File struct {
 	Mode int64 // with the type bits of tar: 0o755 a file, a directory when Dir is set
 	Dir  bool
 	Data []byte
+	// Owner is the file's user and group id (0: root).
+	Owner int
 }
 
-// Layer returns an uncompressed layer of files (owned by root), in path order, with a fixed
+// Layer returns an uncompressed layer of files, in path order, with a fixed
 // time, so that the same files give the same digest.
 func Layer(files []File) (v1.Layer, error) {
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, f := range files {
-		h := &tar.Header{Name: path.Clean(f.Path), Mode: f.Mode, ModTime: time.Unix(0, 0), Typeflag: tar.TypeReg, Size: int64(len(f.Data))}
+		h := &tar.Header{Name: path.Clean(f.Path), Mode: f.Mode, ModTime: time.Unix(0, 0), Typeflag: tar.TypeReg, Size: int64(len(f.Data)), Uid: f.Owner, Gid: f.Owner}
 		if f.Dir {
 			h.Typeflag, h.Size, h.Name = tar.TypeDir, 0, h.Name+"/"
 		}
@@ -167,7 +169,9 @@ const multiarchLib = "/lib/x86_64-linux-gnu"
 
 // BaseImage returns an image for static programs like distroless's static one: /etc/passwd and
 // /etc/group with root and nonroot, the CA certificates of the host's
-// /etc/ssl/certs/ca-certificates.crt, /tmp, nonroot's home, and nonroot as the user.
+// /etc/ssl/certs/ca-certificates.crt, /tmp, nonroot's home (its own: client-go's programs look
+// for ~/.kube/config there, and a home they may not search is an error, not an absence), and
+// nonroot as the user.
 func BaseImage() (v1.Image, error) {
 	certs, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
 	if err != nil {
@@ -183,7 +187,7 @@ func BaseImage() (v1.Image, error) {
 		{Path: "etc/ssl", Mode: 0o755, Dir: true},
 		{Path: "etc/ssl/certs/ca-certificates.crt", Mode: 0o644, Data: certs},
 		{Path: "home", Mode: 0o755, Dir: true},
-		{Path: "home/nonroot", Mode: 0o700, Dir: true},
+		{Path: "home/nonroot", Mode: 0o700, Dir: true, Owner: NonRoot},
 		{Path: "tmp", Mode: 0o1777, Dir: true},
 	}
 	return Image(nil, files, func(c *v1.Config) {

@@ -42,8 +42,12 @@ func TestBaseImage(t *testing.T) {
 			t.Fatal(err)
 		}
 		files[h.Name] = string(b)
-		if h.Uid != 0 || h.Gid != 0 {
-			t.Errorf("%s is owned by %d:%d, want root", h.Name, h.Uid, h.Gid)
+		owner := 0
+		if strings.TrimSuffix(h.Name, "/") == "home/nonroot" {
+			owner = NonRoot
+		}
+		if h.Uid != owner || h.Gid != owner {
+			t.Errorf("%s is owned by %d:%d, want %d", h.Name, h.Uid, h.Gid, owner)
 		}
 		if h.Name == "tmp/" && h.Mode&0o1777 != 0o1777 {
 			t.Errorf("tmp has mode %o, want 1777", h.Mode)

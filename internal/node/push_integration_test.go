@@ -39,6 +39,29 @@ type pushes struct {
 	namespace string
 	repo      string // host/path of the image, as the ImageRepository names it
 	transport http.RoundTripper
+	// public is Traefik's public ClusterIP and host the public host of reflector-webhook.
+	public, host string
+}
+
+// healthz asks reflector-webhook's /healthz through Traefik's public Service, as a registry
+// reaches the route, and returns how long the answer took.
+func (p *pushes) healthz(ctx context.Context, t *testing.T) time.Duration {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.public+"/healthz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = p.host
+	start := time.Now()
+	resp, err := (&http.Client{Transport: p.transport, Timeout: 2 * time.Minute}).Do(req)
+	if err != nil {
+		t.Fatalf("GET /healthz of %s: %v", p.host, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /healthz of %s: %s", p.host, resp.Status)
+	}
+	return time.Since(start)
 }
 
 // startPushes starts docker-registry with a notification endpoint at the public host of
@@ -61,12 +84,19 @@ func startPushes(ctx context.Context, t *testing.T, c *node.Cluster) *pushes {
 		t.Fatal(err)
 	}
 	p := &pushes{c: c, namespace: "team", repo: fmt.Sprintf("%s:%d/app", node.NodeIP, pushRegistryPort),
-		transport: &http.Transport{DialContext: c.NS.DialContext}}
+		transport: &http.Transport{DialContext: c.NS.DialContext}, public: svc.Spec.ClusterIP, host: host}
 	token := "push-token-0123456789abcdef"
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.yml")
 	hook := fmt.Sprintf("http://%s/hook/distribution/%s", host, p.namespace)
-	if err := os.WriteFile(cfg, []byte(stack.RegistryConfig(filepath.Join(dir, "data"), fmt.Sprintf("%s:%d", node.NodeIP, pushRegistryPort), hook, token, time.Second)), 0o600); err != nil {
+	// A notification waits 30 s for its answer, not the stack's 2 s: from zero the answer comes
+	// when the webhook's pod is up, and a retry after a timeout would be measured as start time.
+	config := stack.RegistryConfig(filepath.Join(dir, "data"), fmt.Sprintf("%s:%d", node.NodeIP, pushRegistryPort), hook, token, time.Second)
+	if !strings.Contains(config, "timeout: 2s\n") {
+		t.Fatalf("the registry's configuration has no notification timeout of 2 s to lengthen:\n%s", config)
+	}
+	config = strings.Replace(config, "timeout: 2s\n", "timeout: 30s\n", 1)
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bin, err := exec.LookPath(stack.Registry)
@@ -239,6 +269,10 @@ func watchPodStarts(ctx context.Context, t *testing.T, c *node.Cluster) (*podSta
 			now := time.Now()
 			s := ps.seen[pod.Name]
 			if s == nil {
+				if ev.Type != watch.Added || pod.Spec.NodeName != "" {
+					// A pod from before the watch, on its way out.
+					continue
+				}
 				s = &podStart{service: pod.Labels["serving.knative.dev/service"], created: now}
 				ps.seen[pod.Name] = s
 			}
@@ -286,6 +320,7 @@ func (ps *podStarts) summary() string {
 	var out []string
 	for _, s := range ps.seen {
 		if s.ready.IsZero() || s.scheduled.IsZero() || s.started.IsZero() {
+			out = append(out, s.service+": not ready within the round")
 			continue
 		}
 		out = append(out, fmt.Sprintf("%s: schedule %s, start %s, ready %s", s.service,

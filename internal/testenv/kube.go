@@ -208,8 +208,11 @@ func (e *Env) startAPIServer(ctx context.Context, bin string, port int, etcdURL,
 	// namespace's default ServiceAccount).
 	mode := []string{"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount"}
 	if address != "" {
-		// The kubelet's address, not its node name, which no DNS resolves.
-		mode = []string{"--advertise-address=" + address, "--kubelet-preferred-address-types=InternalIP"}
+		// The kubelet's address, not its node name, which no DNS resolves; the admin
+		// certificate, of the cluster's CA, is the apiserver's credential at the kubelet (logs,
+		// exec, port-forward).
+		mode = []string{"--advertise-address=" + address, "--kubelet-preferred-address-types=InternalIP",
+			"--kubelet-client-certificate=" + p.adminCert, "--kubelet-client-key=" + p.adminKey}
 	} else {
 		address = "127.0.0.1"
 	}
