@@ -21,7 +21,9 @@ import (
 // (in-memory channel, channel-based broker) on the node from the images ko built, sets the
 // feature flags that docs/deploy.md tells a cluster admin to set, builds reflector's images
 // with `make images`, and applies `kubectl apply -k knative/` as docs/deploy.md says: every
-// Knative Service, Trigger, source and binding must become Ready, through real pods.
+// Knative Service, Trigger, source and binding must become Ready, through real pods. Then pushes
+// notified to the public route reach latestRef, warm and from zero pods (measured), and the
+// installation lives through what lifecycle does to it.
 func TestNodeKnativeIntegration(t *testing.T) {
 	if os.Getenv("REFLECTOR_CLUSTER_TEST") == "" {
 		t.Skip("starts a single-node cluster in a network namespace, as root: make cluster-test (REFLECTOR_CLUSTER_TEST=1)")
@@ -106,6 +108,8 @@ func TestNodeKnativeIntegration(t *testing.T) {
 	}
 	t.Logf("webhook answer from zero: p50 %s, max %s over %d rounds", ms(percentile(answer, 50)), ms(percentile(answer, 100)), rounds)
 	t.Logf("push to latestRef from zero: p50 %s, max %s over %d rounds", ms(percentile(cold, 50)), ms(percentile(cold, 100)), rounds)
+
+	lifecycle(ctx, t, c, p, filepath.Join(tree, "knative"))
 }
 
 // documentedPatch returns the JSON merge patch of the `kubectl patch configmap NAME -n

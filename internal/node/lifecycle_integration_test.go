@@ -1,0 +1,165 @@
+package node_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/imagereflector/reflector/internal/node"
+	"github.com/imagereflector/reflector/internal/store"
+	"github.com/imagereflector/reflector/internal/testenv"
+)
+
+// lifecycle drives what an operator and Flux's CLI do to a running installation, through real
+// pods: the store outlives the functions' pods, `flux reconcile`, `suspend` and `resume` reach
+// the functions through the ApiServerSource, the CronJob's pod repairs a policy whose event was
+// dropped, and a deleted ImageRepository's tags leave the store while its policy keeps its
+// latestRef.
+func lifecycle(ctx context.Context, t *testing.T, c *node.Cluster, p *pushes, kustomization string) {
+	t.Run("the store survives the functions' pods", func(t *testing.T) {
+		key := storeKey(ctx, t, c)
+		if _, err := c.Kubectl(ctx, nil, "delete", "pod", "-n", "reflector-system", "-l", "serving.knative.dev/service", "--wait=true", "--timeout=2m"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("push to latestRef after the functions' pods were deleted: %s", ms(p.pushToLatest(ctx, t, "1.2.0", 3*time.Minute)))
+		if again := storeKey(ctx, t, c); !bytes.Equal(key, again) {
+			t.Error("the store's key changed: the store was made anew")
+		}
+	})
+
+	t.Run("flux reconcile, suspend and resume", func(t *testing.T) {
+		flux(ctx, t, c, "reconcile", "image", "repository", "app", "-n", p.namespace, "--timeout=2m")
+		flux(ctx, t, c, "suspend", "image", "repository", "app", "-n", p.namespace)
+		p.push(t, "1.3.0")
+		time.Sleep(10 * time.Second)
+		if got := p.latest(ctx, t); got != p.repo+":1.2.0" {
+			t.Errorf("latestRef moved to %s while the repository was suspended", got)
+		}
+		flux(ctx, t, c, "resume", "image", "repository", "app", "-n", p.namespace, "--timeout=2m")
+		p.waitLatest(ctx, t, p.repo+":1.3.0", 2*time.Minute)
+	})
+
+	t.Run("the CronJob repairs a dropped TagsChanged", func(t *testing.T) {
+		if _, err := c.Kubectl(ctx, nil, "delete", "trigger", "reflector-tags-changed", "-n", "reflector-system"); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		p.push(t, "1.4.0")
+		// The cron reconciler runs every minute.
+		p.waitLatest(ctx, t, p.repo+":1.4.0", 4*time.Minute)
+		t.Logf("latestRef repaired %s after a push whose TagsChanged had no Trigger", time.Since(start).Round(time.Second))
+		if err := applyKustomization(ctx, c, kustomization); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a deleted ImageRepository", func(t *testing.T) {
+		if _, err := c.Kubectl(ctx, nil, "delete", "imagerepository", "app", "-n", p.namespace); err != nil {
+			t.Fatal(err)
+		}
+		// The scan function forgets a deleted repository's tags when the ApiServerSource tells
+		// it; the store is read here as the policy function reads it, beside the writers.
+		st := store.New(storeDir(ctx, t, c), store.ReadOnly())
+		defer st.Close()
+		key := p.namespace + "/app"
+		err := testenv.Poll(ctx, 2*time.Minute, time.Second, func() error {
+			keys, err := st.Keys(ctx)
+			if err == nil && slices.Contains(keys, key) {
+				err = fmt.Errorf("the store still holds %s", key)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.latest(ctx, t); got != p.repo+":1.4.0" {
+			t.Errorf("latestRef is %q after the repository's deletion, want it kept at 1.4.0", got)
+		}
+	})
+}
+
+// latest returns the ImagePolicy's latestRef.
+func (p *pushes) latest(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	pol, err := p.c.Dynamic().Resource(policies).Namespace(p.namespace).Get(ctx, "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return latestRef(pol)
+}
+
+// waitLatest waits until the ImagePolicy's latestRef is want.
+func (p *pushes) waitLatest(ctx context.Context, t *testing.T, want string, within time.Duration) {
+	t.Helper()
+	var got string
+	err := testenv.Poll(ctx, within, 250*time.Millisecond, func() error {
+		got = p.latest(ctx, t)
+		if got != want {
+			return errors.New("latestRef is " + got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("latestRef is not %s within %s: %v", want, within, err)
+	}
+}
+
+// flux runs the flux CLI (`make flux-cli`) inside the node's namespaces with the admin
+// kubeconfig.
+func flux(ctx context.Context, t *testing.T, c *node.Cluster, args ...string) {
+	t.Helper()
+	bin := filepath.Join(testenv.BinDir(), "flux")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s: %v (make flux-cli)", bin, err)
+	}
+	argv := c.NS.Wrap(append([]string{bin, "--kubeconfig=" + c.Kubeconfig}, args...))
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("flux %v: %v\n%s", args, err, out)
+	}
+}
+
+// storeDir returns the store's directory on the volume that the claim reflector-store is bound
+// to: where the store keeps its proof key, a file it makes with the directory.
+func storeDir(ctx context.Context, t *testing.T, c *node.Cluster) string {
+	t.Helper()
+	claim, err := c.Clientset().CoreV1().PersistentVolumeClaims("reflector-system").Get(ctx, "reflector-store", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := c.Clientset().CoreV1().PersistentVolumes().Get(ctx, claim.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dir string
+	err = filepath.WalkDir(pv.Spec.Local.Path, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == "reflector.key" {
+			dir = filepath.Dir(path)
+		}
+		return err
+	})
+	if err != nil || dir == "" {
+		t.Fatalf("no reflector.key on the store's volume %s: %v", pv.Spec.Local.Path, err)
+	}
+	return dir
+}
+
+// storeKey returns the store's proof key.
+func storeKey(ctx context.Context, t *testing.T, c *node.Cluster) []byte {
+	t.Helper()
+	key, err := os.ReadFile(filepath.Join(storeDir(ctx, t, c), "reflector.key"))
+	if err != nil || len(key) == 0 {
+		t.Fatalf("the store's key: %v", err)
+	}
+	return key
+}
