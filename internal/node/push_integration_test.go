@@ -23,6 +23,7 @@ import (
 
 	"github.com/imagereflector/reflector/internal/node"
 	"github.com/imagereflector/reflector/internal/stack"
+	"github.com/imagereflector/reflector/internal/testenv"
 )
 
 // pushRegistryPort is where the test's docker-registry listens at the node's address: the
@@ -103,8 +104,20 @@ func startPushes(ctx context.Context, t *testing.T, c *node.Cluster) *pushes {
 	if err != nil {
 		t.Fatalf("%s: %v (hack/deps.sh installs it)", stack.Registry, err)
 	}
-	if _, err := c.StartProgram("push-registry", bin, nil, "serve", cfg); err != nil {
+	prog, err := c.StartProgram("push-registry", bin, nil, "serve", cfg)
+	if err != nil {
 		t.Fatal(err)
+	}
+	probe := &http.Client{Transport: p.transport, Timeout: 2 * time.Second}
+	if err := testenv.WaitReady(ctx, prog, time.Minute, func() error {
+		resp, err := probe.Get("http://" + strings.TrimSuffix(p.repo, "/app") + "/v2/")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	}); err != nil {
+		t.Fatalf("the push registry: %v", err)
 	}
 	manifest := fmt.Sprintf(`apiVersion: v1
 kind: Namespace
