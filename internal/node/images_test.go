@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 )
 
@@ -28,20 +29,9 @@ func TestBaseImage(t *testing.T) {
 		t.Errorf("platform %s/%s, user %q; want linux/amd64 and 65532", cf.OS, cf.Architecture, cf.Config.User)
 	}
 	files := map[string]string{}
-	tr := tar.NewReader(mutate.Extract(img))
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[h.Name] = string(b)
+	for _, e := range entries(t, img) {
+		h := e.header
+		files[h.Name] = e.data
 		owner := 0
 		if strings.TrimSuffix(h.Name, "/") == "home/nonroot" {
 			owner = NonRoot
@@ -101,16 +91,8 @@ func TestLinkedProgramImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	have := map[string]bool{}
-	tr := tar.NewReader(mutate.Extract(img))
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		have[h.Name] = true
+	for _, e := range entries(t, img) {
+		have[e.header.Name] = true
 	}
 	for _, want := range []string{"true", "lib64/ld-linux-x86-64.so.2", "lib/x86_64-linux-gnu/libc.so.6"} {
 		if !have[want] {
@@ -119,5 +101,32 @@ func TestLinkedProgramImage(t *testing.T) {
 	}
 	if _, err := LinkedProgramImage(nil, filepath.Join(t.TempDir(), "missing"), "x"); err == nil {
 		t.Error("a missing program made an image")
+	}
+}
+
+// entry is a file of an image's flattened file system.
+type entry struct {
+	header *tar.Header
+	data   string
+}
+
+// entries returns the files of img's flattened file system, in order.
+func entries(t *testing.T, img v1.Image) []entry {
+	t.Helper()
+	var out []entry
+	tr := tar.NewReader(mutate.Extract(img))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, entry{h, string(b)})
 	}
 }

@@ -104,14 +104,15 @@ func (c *Cluster) Kubectl(ctx context.Context, stdin []byte, args ...string) (st
 	return out.String(), nil
 }
 
-// applyUntil applies manifest with kubectl until it succeeds: a release's custom resources
-// are refused until the apiserver serves the definitions applied a moment before, which is
-// why Knative's installation says to apply twice.
-func (c *Cluster) applyUntil(ctx context.Context, what, manifest string, within time.Duration) error {
+// ApplyUntil runs `kubectl apply` with args (and stdin, nil for none) until it succeeds or
+// within has passed: a release's or a kustomization's custom resources are refused until the
+// apiserver serves the definitions applied a moment before, which is why Knative's installation
+// says to apply twice. what names the manifests in the error.
+func (c *Cluster) ApplyUntil(ctx context.Context, what string, within time.Duration, stdin []byte, args ...string) error {
 	deadline := time.Now().Add(within)
 	for {
 		actx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		_, err := c.Kubectl(actx, []byte(manifest), "apply", "-f", "-")
+		_, err := c.Kubectl(actx, stdin, append([]string{"apply"}, args...)...)
 		cancel()
 		if err == nil {
 			return nil
@@ -158,7 +159,7 @@ func (c *Cluster) InstallKnative(ctx context.Context) error {
 		if !ok {
 			return fmt.Errorf("%s has no %s.yaml: run `make cluster-env`", c.KnativeDir(), name)
 		}
-		if err := c.applyUntil(ctx, "Knative "+name, m, 3*time.Minute); err != nil {
+		if err := c.ApplyUntil(ctx, "Knative "+name, 3*time.Minute, []byte(m), "-f", "-"); err != nil {
 			return err
 		}
 	}
@@ -170,7 +171,7 @@ func (c *Cluster) InstallKnative(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := c.applyUntil(ctx, "Traefik", strings.ReplaceAll(traefikManifest, "TRAEFIK_IMAGE", c.Images["traefik"]), time.Minute); err != nil {
+	if err := c.ApplyUntil(ctx, "Traefik", time.Minute, []byte(strings.ReplaceAll(traefikManifest, "TRAEFIK_IMAGE", c.Images["traefik"])), "-f", "-"); err != nil {
 		return err
 	}
 	for _, ns := range []string{"knative-serving", "knative-eventing", "traefik"} {

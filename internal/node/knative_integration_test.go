@@ -65,7 +65,7 @@ func TestNodeKnativeIntegration(t *testing.T) {
 	tree := manifestTree(t, makeImages(t, c))
 	t.Logf("make images took %s", time.Since(step).Round(time.Second))
 	step = time.Now()
-	if err := applyKustomization(ctx, c, filepath.Join(tree, "knative")); err != nil {
+	if err := c.ApplyUntil(ctx, "knative/", 2*time.Minute, nil, "-k", filepath.Join(tree, "knative")); err != nil {
 		t.Fatal(err)
 	}
 	kinds := "ksvc,broker,trigger,apiserversource,sinkbinding"
@@ -146,19 +146,6 @@ func manifestTree(t *testing.T, images []byte) string {
 		t.Fatal(err)
 	}
 	return tree
-}
-
-// applyKustomization runs `kubectl apply -k dir` until it succeeds: the ImageRepository and
-// Knative custom resources it holds are refused until the definitions it applies are served.
-func applyKustomization(ctx context.Context, c *node.Cluster, dir string) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		_, err := c.Kubectl(ctx, nil, "apply", "-k", dir)
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(2 * time.Second)
-	}
 }
 
 // dumpCluster logs what the pods of the cluster are doing and the last lines of each

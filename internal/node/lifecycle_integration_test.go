@@ -58,7 +58,7 @@ func lifecycle(ctx context.Context, t *testing.T, c *node.Cluster, p *pushes, ku
 		// The cron reconciler runs every minute.
 		p.waitLatest(ctx, t, p.repo+":1.4.0", 4*time.Minute)
 		t.Logf("latestRef repaired %s after a push whose TagsChanged had no Trigger", time.Since(start).Round(time.Second))
-		if err := applyKustomization(ctx, c, kustomization); err != nil {
+		if err := c.ApplyUntil(ctx, "knative/", 2*time.Minute, nil, "-k", kustomization); err != nil {
 			t.Fatal(err)
 		}
 	})
