@@ -61,6 +61,14 @@ func TestNodeKnativeIntegration(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The queue-proxy logs each request (Knative's default request log template): the pod
+	// start breakdown reads when each function's first request came. The revisions that
+	// knative/ makes take it from their creation on.
+	if _, err := c.Kubectl(ctx, nil, "patch", "configmap", "config-observability", "-n", "knative-serving", "--type", "merge",
+		"-p", `{"data":{"logging.enable-request-log":"true"}}`); err != nil {
+		t.Fatal(err)
+	}
+
 	step = time.Now()
 	tree := manifestTree(t, makeImages(t, c))
 	t.Logf("make images took %s", time.Since(step).Round(time.Second))
@@ -88,6 +96,7 @@ func TestNodeKnativeIntegration(t *testing.T) {
 
 	rounds := 10
 	var cold, answer []time.Duration
+	starts := startTable{}
 	for i := 1; i <= rounds; i++ {
 		// The webhook's first answer from zero: what a registry's notification waits for.
 		if err := waitZero(ctx, c, 4*time.Minute); err != nil {
@@ -104,8 +113,20 @@ func TestNodeKnativeIntegration(t *testing.T) {
 		time.Sleep(5 * time.Second) // for the pods the push started but latestRef did not wait for
 		stop()
 		cold = append(cold, d)
-		t.Logf("round %d from zero: webhook answer %s; push to latestRef %s (pods seen from the watch: %s)", i, ms(a), ms(d), ps.summary())
+		steps, err := ps.steps(c)
+		if err != nil {
+			t.Fatalf("round %d: the pods' start: %v", i, err)
+		}
+		starts.add(steps)
+		var line []string
+		for _, svc := range functions {
+			if s, ok := steps[svc]; ok {
+				line = append(line, svc+": "+formatSteps(s))
+			}
+		}
+		t.Logf("round %d from zero: webhook answer %s; push to latestRef %s; pods: %s", i, ms(a), ms(d), strings.Join(line, "; "))
 	}
+	t.Logf("pod starts from zero, by step:%s", starts)
 	t.Logf("webhook answer from zero: p50 %s, max %s over %d rounds", ms(percentile(answer, 50)), ms(percentile(answer, 100)), rounds)
 	t.Logf("push to latestRef from zero: p50 %s, max %s over %d rounds", ms(percentile(cold, 50)), ms(percentile(cold, 100)), rounds)
 

@@ -80,6 +80,15 @@ func TestNodeIntegration(t *testing.T) {
 	if ip := running.Status.PodIP; !strings.HasPrefix(ip, "10.244.0.") {
 		t.Errorf("the pod's address is %q, want one of %s", ip, node.PodCIDR)
 	}
+	// The kubelet's and containerd's logs tell the steps of the start, in order.
+	ps, err := c.PodStart("default", "holder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.Mounted.IsZero() || !ps.Sandbox.After(ps.Mounted) || !ps.Started["pause"].After(ps.Sandbox) {
+		t.Errorf("the pod's start from the logs: volumes %s, sandbox %s, container %s; want them in this order",
+			ps.Mounted, ps.Sandbox, ps.Started["pause"])
+	}
 	bound, err := kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -251,66 +251,6 @@ func waitZero(ctx context.Context, c *node.Cluster, within time.Duration) error 
 	}
 }
 
-// podStarts records, from a watch on the functions' pods, when this process saw each pod
-// created, scheduled, its containers started and ready: the pod's own timestamps have
-// whole-second resolution.
-type podStarts struct {
-	seen map[string]*podStart
-}
-
-type podStart struct {
-	service                            string
-	created, scheduled, started, ready time.Time
-}
-
-func watchPodStarts(ctx context.Context, t *testing.T, c *node.Cluster) (*podStarts, func()) {
-	t.Helper()
-	wctx, cancel := context.WithCancel(ctx)
-	w, err := c.Clientset().CoreV1().Pods("reflector-system").Watch(wctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/service"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps := &podStarts{seen: map[string]*podStart{}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ev := range w.ResultChan() {
-			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			now := time.Now()
-			s := ps.seen[pod.Name]
-			if s == nil {
-				if ev.Type != watch.Added || pod.Spec.NodeName != "" {
-					// A pod from before the watch, on its way out.
-					continue
-				}
-				s = &podStart{service: pod.Labels["serving.knative.dev/service"], created: now}
-				ps.seen[pod.Name] = s
-			}
-			if s.scheduled.IsZero() && pod.Spec.NodeName != "" {
-				s.scheduled = now
-			}
-			if s.started.IsZero() {
-				for _, cs := range pod.Status.ContainerStatuses {
-					if cs.State.Running != nil {
-						s.started = now
-					}
-				}
-			}
-			if s.ready.IsZero() {
-				for _, cond := range pod.Status.Conditions {
-					if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-						s.ready = now
-					}
-				}
-			}
-		}
-	}()
-	return ps, func() { cancel(); w.Stop(); <-done }
-}
-
 // percentile returns the p-th percentile (0 to 100) of ds, nearest rank.
 func percentile(ds []time.Duration, p float64) time.Duration {
 	s := append([]time.Duration(nil), ds...)
@@ -326,19 +266,3 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
-
-// summary lists the pod starts of a round by Service: created to scheduled, scheduled to the
-// container running (sandbox, volume, image, process start), running to ready.
-func (ps *podStarts) summary() string {
-	var out []string
-	for _, s := range ps.seen {
-		if s.ready.IsZero() || s.scheduled.IsZero() || s.started.IsZero() {
-			out = append(out, s.service+": not ready within the round")
-			continue
-		}
-		out = append(out, fmt.Sprintf("%s: schedule %s, start %s, ready %s", s.service,
-			ms(s.scheduled.Sub(s.created)), ms(s.started.Sub(s.scheduled)), ms(s.ready.Sub(s.started))))
-	}
-	sort.Strings(out)
-	return strings.Join(out, "; ")
-}
