@@ -102,8 +102,20 @@ func TestNodeKnativeIntegration(t *testing.T) {
 		if err := waitZero(ctx, c, 4*time.Minute); err != nil {
 			t.Fatal(err)
 		}
+		hs, stop := watchPodStarts(ctx, t, c)
+		asked := time.Now()
 		a := p.healthz(ctx, t)
+		stop()
 		answer = append(answer, a)
+		webhookPod := "no pod seen"
+		if created := hs.created("reflector-webhook"); !created.IsZero() {
+			webhookPod = "its pod created " + ms(created.Sub(asked)) + " after the request"
+			if steps, _, err := hs.steps(c); err == nil {
+				webhookPod += ": " + formatSteps(steps["reflector-webhook"])
+			} else {
+				webhookPod += ": " + err.Error()
+			}
+		}
 		// A push from zero: the webhook, the scan and the policy function all start.
 		if err := waitZero(ctx, c, 4*time.Minute); err != nil {
 			t.Fatal(err)
@@ -113,7 +125,7 @@ func TestNodeKnativeIntegration(t *testing.T) {
 		time.Sleep(5 * time.Second) // for the pods the push started but latestRef did not wait for
 		stop()
 		cold = append(cold, d)
-		steps, err := ps.steps(c)
+		steps, extra, err := ps.steps(c)
 		if err != nil {
 			t.Fatalf("round %d: the pods' start: %v", i, err)
 		}
@@ -124,7 +136,8 @@ func TestNodeKnativeIntegration(t *testing.T) {
 				line = append(line, svc+": "+formatSteps(s))
 			}
 		}
-		t.Logf("round %d from zero: webhook answer %s; push to latestRef %s; pods: %s", i, ms(a), ms(d), strings.Join(line, "; "))
+		t.Logf("round %d from zero: webhook answer %s (%s); push to latestRef %s; pods: %s; other pods: %v",
+			i, ms(a), webhookPod, ms(d), strings.Join(line, "; "), extra)
 	}
 	t.Logf("pod starts from zero, by step:%s", starts)
 	t.Logf("webhook answer from zero: p50 %s, max %s over %d rounds", ms(percentile(answer, 50)), ms(percentile(answer, 100)), rounds)

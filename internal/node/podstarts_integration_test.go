@@ -71,28 +71,52 @@ func watchPodStarts(ctx context.Context, t *testing.T, c *node.Cluster) (*podSta
 // The steps of a pod's start, in order.
 var startSteps = []string{"schedule", "volumes", "sandbox", "containers", "ready", "first request arrives", "first request"}
 
-// steps returns, for each pod that became ready, by Service, how long each step of its start
-// took:
+// steps returns, for the first pod of each Service that the round started, how long each step
+// of its start took:
 //   - schedule: from the pod's creation to its node being set (the watch);
 //   - volumes: from then to the kubelet's last "MountVolume.SetUp succeeded" for it (this
 //     includes the kubelet's noticing the pod);
 //   - sandbox: to containerd's RunPodSandbox returning (pause container, CNI address);
 //   - containers: to the last of its containers started (containerd's StartContainer);
-//   - ready: to the pod's Ready condition (the watch; the readiness probe through the
-//     queue-proxy);
+//   - ready: to the pod's Ready condition (the watch; the kubelet's readiness probe through the
+//     queue-proxy). It is not on the request's path: the activator probes the pod itself and
+//     sends as soon as it answers, so a pod can serve before the kubelet calls it Ready, and
+//     a Ready that the round did not see is left out;
 //   - first request arrives: from the containers' start to the first request reaching the
-//     queue-proxy (Knative's request log; the activator probes the pod itself and may send
-//     before the kubelet says Ready, so this is measured from the containers' start);
+//     queue-proxy (Knative's request log);
 //   - first request: how long that request took, as the queue-proxy measured it.
-func (ps *podStarts) steps(c *node.Cluster) (map[string]map[string]time.Duration, error) {
-	out := map[string]map[string]time.Duration{}
+//
+// extra lists the round's other pods, with the first request each served: starts that the
+// push caused beyond one per Service.
+func (ps *podStarts) steps(c *node.Cluster) (steps map[string]map[string]time.Duration, extra []string, err error) {
+	first := map[string]*podStart{}
+	var all []*podStart
 	for _, s := range ps.seen {
-		if s.ready.IsZero() || s.scheduled.IsZero() {
-			return nil, fmt.Errorf("pod %s of %s was not ready within the round", s.name, s.service)
+		all = append(all, s)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].created.Before(all[j].created) })
+	for _, s := range all {
+		if first[s.service] == nil {
+			first[s.service] = s
+			continue
+		}
+		r, ok, err := c.FirstRequest("reflector-system", s.name, "queue-proxy")
+		what := "no request"
+		if err != nil {
+			what = err.Error()
+		} else if ok {
+			what = fmt.Sprintf("first request %s (%d)", r.URL, r.Status)
+		}
+		extra = append(extra, fmt.Sprintf("%s +%s: %s", s.service, ms(s.created.Sub(first[s.service].created)), what))
+	}
+	steps = map[string]map[string]time.Duration{}
+	for svc, s := range first {
+		if s.scheduled.IsZero() {
+			return nil, nil, fmt.Errorf("pod %s of %s was not scheduled within the round", s.name, svc)
 		}
 		l, err := c.PodStart("reflector-system", s.name)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var started time.Time
 		for _, t := range l.Started {
@@ -101,33 +125,50 @@ func (ps *podStarts) steps(c *node.Cluster) (map[string]map[string]time.Duration
 			}
 		}
 		if l.Mounted.IsZero() || l.Sandbox.IsZero() || len(l.Started) < 2 {
-			return nil, fmt.Errorf("pod %s: the logs have volumes %s, sandbox %s, containers %v", s.name, l.Mounted, l.Sandbox, l.Started)
+			return nil, nil, fmt.Errorf("pod %s: the logs have volumes %s, sandbox %s, containers %v", s.name, l.Mounted, l.Sandbox, l.Started)
 		}
 		r, ok, err := c.FirstRequest("reflector-system", s.name, "queue-proxy")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !ok {
-			return nil, fmt.Errorf("pod %s: its queue-proxy logged no request", s.name)
+			return nil, nil, fmt.Errorf("pod %s: its queue-proxy logged no request", s.name)
 		}
-		out[s.service] = map[string]time.Duration{
+		steps[svc] = map[string]time.Duration{
 			"schedule":              s.scheduled.Sub(s.created),
 			"volumes":               l.Mounted.Sub(s.scheduled),
 			"sandbox":               l.Sandbox.Sub(l.Mounted),
 			"containers":            started.Sub(l.Sandbox),
-			"ready":                 s.ready.Sub(started),
 			"first request arrives": r.Start().Sub(started),
 			"first request":         r.Latency,
 		}
+		if !s.ready.IsZero() {
+			steps[svc]["ready"] = s.ready.Sub(started)
+		}
 	}
-	return out, nil
+	return steps, extra, nil
+}
+
+// created returns when the first pod of service was seen created, or zero.
+func (ps *podStarts) created(service string) time.Time {
+	var t time.Time
+	for _, s := range ps.seen {
+		if s.service == service && (t.IsZero() || s.created.Before(t)) {
+			t = s.created
+		}
+	}
+	return t
 }
 
 // formatSteps writes one Service's steps on a line.
 func formatSteps(steps map[string]time.Duration) string {
 	var out []string
 	for _, name := range startSteps {
-		out = append(out, fmt.Sprintf("%s %s", name, ms(steps[name])))
+		if d, ok := steps[name]; ok {
+			out = append(out, fmt.Sprintf("%s %s", name, ms(d)))
+		} else {
+			out = append(out, name+" not seen")
+		}
 	}
 	return strings.Join(out, ", ")
 }
@@ -157,7 +198,14 @@ func (st startTable) String() string {
 		fmt.Fprintf(&b, "\n  %s (%d starts):", svc, len(st[svc]["schedule"]))
 		for _, name := range startSteps {
 			ds := st[svc][name]
-			fmt.Fprintf(&b, " %s p50 %s max %s;", name, ms(percentile(ds, 50)), ms(percentile(ds, 100)))
+			if len(ds) == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, " %s p50 %s max %s", name, ms(percentile(ds, 50)), ms(percentile(ds, 100)))
+			if n := len(st[svc]["schedule"]); len(ds) < n {
+				fmt.Fprintf(&b, " (%d of %d)", len(ds), n)
+			}
+			b.WriteString(";")
 		}
 	}
 	return b.String()
