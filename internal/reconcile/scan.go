@@ -382,81 +382,24 @@ func mergeHints(waiting bool, a, b *Hint) *Hint {
 func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint, p *pending, rec *Recording) (out ScanOutcome, err error) {
 	now := clock(s.Now)
 	start := now()
-	key := StoreKey(namespace, name)
 	var repo *v1.ImageRepository
 	// steps are the times since start at which the scan had its object, its registry session,
 	// its tags stored and its request recorded: where a push's time goes.
 	var steps []slog.Attr
 	mark := func(step string) { steps = append(steps, slog.Duration(step, now().Sub(start))) }
 	defer func() {
+		took := now().Sub(start)
 		if repo != nil {
 			metrics.RecordReconcile(metrics.KindImageRepository, namespace, name, repo.Spec.Suspend,
-				!repo.DeletionTimestamp.IsZero(), now().Sub(start))
+				!repo.DeletionTimestamp.IsZero(), took)
 		}
-		attrs := []any{"namespace", namespace, "name", name, "duration", now().Sub(start)}
-		if out.Skipped != "" {
-			attrs = append(attrs, "skipped", out.Skipped)
-			if out.Finalized {
-				attrs = append(attrs, "finalizer_removed", v1.ImageFinalizer)
-			}
-		} else {
-			attrs = append(attrs, "incremental", out.Incremental, "revision", out.Revision,
-				"tags", out.TagCount, "changed", out.Changed)
-			if out.Listing != "" {
-				attrs = append(attrs, "listing", out.Listing)
-			}
-			if hint != nil {
-				attrs = append(attrs, "pushed", hint.pushed())
-			}
-			if out.InvalidTags > 0 {
-				attrs = append(attrs, "invalid_tags", out.InvalidTags)
-			}
-		}
-		if out.Failure != "" {
-			attrs = append(attrs, "failure", out.Failure, "stalled", out.Stalled)
-		}
-		if len(steps) > 0 {
-			attrs = append(attrs, slog.Attr{Key: "steps", Value: slog.GroupValue(steps...)})
-		}
-		if err != nil {
-			// The error goes on to callers that log it and answer with it.
-			err = redact.Error(err)
-			attrs = append(attrs, "error", err)
-			logger(s.Log).ErrorContext(ctx, "scan", attrs...)
-			return
-		}
-		logger(s.Log).InfoContext(ctx, "scan", attrs...)
+		err = s.logScan(ctx, namespace, name, took, hint, out, steps, err)
 	}()
 
-	got, err := read, error(nil)
-	switch {
-	case got != nil:
-	case rec != nil:
-		// A scan beside its request's patch starts from the watch cache's copy: a consistent
-		// read waits in etcd behind the patch and the writes of other pushes, on a push's way to
-		// latestRef. A copy from before an edit is harmless: the status is written against the
-		// object the patch returns, only when it is the one scanned (Scanner.recorded), and the
-		// policies advance by a delta only for the identity they read themselves.
-		got, err = s.Kube.Repositories.GetCached(ctx, namespace, name)
-		if apierrors.IsNotFound(err) {
-			// The cache may not know an object created a moment ago.
-			got, err = s.Kube.Repositories.Get(ctx, namespace, name)
-		}
-	default:
-		got, err = s.Kube.Repositories.Get(ctx, namespace, name)
+	repo, out, err = s.readRepository(ctx, namespace, name, read, rec)
+	if repo == nil {
+		return out, err
 	}
-	if apierrors.IsNotFound(err) {
-		// The store is a cache of live objects: a deleted repository loses its entry.
-		metrics.ForgetRepository(namespace, name)
-		if err := s.Store.Delete(ctx, key); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return ScanOutcome{Skipped: SkippedDeleted}, err
-		}
-		return ScanOutcome{Skipped: SkippedDeleted}, nil
-	}
-	if err != nil {
-		return out, fmt.Errorf("reading ImageRepository %s: %w", key, err)
-	}
-	repo = got
 	mark("read")
 	if rec == nil {
 		s.haveObject(p)
@@ -530,6 +473,80 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	}
 	mark("recorded")
 	return out, s.record(ctx, repo, token, id.Image, res, out)
+}
+
+// logScan logs the scan of namespace/name: what it found, how long it and its steps took, or
+// its error, which it returns redacted for the callers that log it and answer with it.
+func (s *Scanner) logScan(ctx context.Context, namespace, name string, took time.Duration, hint *Hint, out ScanOutcome, steps []slog.Attr, err error) error {
+	attrs := []any{"namespace", namespace, "name", name, "duration", took}
+	if out.Skipped != "" {
+		attrs = append(attrs, "skipped", out.Skipped)
+		if out.Finalized {
+			attrs = append(attrs, "finalizer_removed", v1.ImageFinalizer)
+		}
+	} else {
+		attrs = append(attrs, "incremental", out.Incremental, "revision", out.Revision,
+			"tags", out.TagCount, "changed", out.Changed)
+		if out.Listing != "" {
+			attrs = append(attrs, "listing", out.Listing)
+		}
+		if hint != nil {
+			attrs = append(attrs, "pushed", hint.pushed())
+		}
+		if out.InvalidTags > 0 {
+			attrs = append(attrs, "invalid_tags", out.InvalidTags)
+		}
+	}
+	if out.Failure != "" {
+		attrs = append(attrs, "failure", out.Failure, "stalled", out.Stalled)
+	}
+	if len(steps) > 0 {
+		attrs = append(attrs, slog.Attr{Key: "steps", Value: slog.GroupValue(steps...)})
+	}
+	if err != nil {
+		err = redact.Error(err)
+		logger(s.Log).ErrorContext(ctx, "scan", append(attrs, "error", err)...)
+		return err
+	}
+	logger(s.Log).InfoContext(ctx, "scan", attrs...)
+	return nil
+}
+
+// readRepository returns the ImageRepository to scan: read when the caller has it, else the
+// watch cache's copy for a scan beside its request's patch (rec), else a read from the
+// apiserver. A repository that is gone loses its store entry and comes back nil, with the
+// outcome that says so.
+func (s *Scanner) readRepository(ctx context.Context, namespace, name string, read *v1.ImageRepository, rec *Recording) (*v1.ImageRepository, ScanOutcome, error) {
+	got, err := read, error(nil)
+	switch {
+	case got != nil:
+	case rec != nil:
+		// A scan beside its request's patch starts from the watch cache's copy: a consistent
+		// read waits in etcd behind the patch and the writes of other pushes, on a push's way to
+		// latestRef. A copy from before an edit is harmless: the status is written against the
+		// object the patch returns, only when it is the one scanned (Scanner.recorded), and the
+		// policies advance by a delta only for the identity they read themselves.
+		got, err = s.Kube.Repositories.GetCached(ctx, namespace, name)
+		if apierrors.IsNotFound(err) {
+			// The cache may not know an object created a moment ago.
+			got, err = s.Kube.Repositories.Get(ctx, namespace, name)
+		}
+	default:
+		got, err = s.Kube.Repositories.Get(ctx, namespace, name)
+	}
+	key := StoreKey(namespace, name)
+	if apierrors.IsNotFound(err) {
+		// The store is a cache of live objects: a deleted repository loses its entry.
+		metrics.ForgetRepository(namespace, name)
+		if err := s.Store.Delete(ctx, key); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return nil, ScanOutcome{Skipped: SkippedDeleted}, err
+		}
+		return nil, ScanOutcome{Skipped: SkippedDeleted}, nil
+	}
+	if err != nil {
+		return nil, ScanOutcome{}, fmt.Errorf("reading ImageRepository %s: %w", key, err)
+	}
+	return got, ScanOutcome{}, nil
 }
 
 // recorded waits for the reconcile-request patch of a scan that ran beside it and returns the
