@@ -11,12 +11,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrv1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/notaryproject/notation-core-go/revocation"
+	"github.com/notaryproject/notation-core-go/revocation/crl"
+	"github.com/notaryproject/notation-core-go/revocation/purpose"
 	"github.com/notaryproject/notation-go"
 	nverifier "github.com/notaryproject/notation-go/verifier"
 	"github.com/notaryproject/notation-go/verifier/trustpolicy"
@@ -75,7 +80,11 @@ func newNotation(spec *v1.OCIRepositoryVerification, secret map[string][]byte) (
 	if err != nil {
 		return nil, err
 	}
-	nv, err := nverifier.NewWithOptions(doc, trustStore(certs), nil, nverifier.VerifierOptions{})
+	opts, err := revocationOptions()
+	if err != nil {
+		return nil, err
+	}
+	nv, err := nverifier.NewWithOptions(doc, trustStore(certs), nil, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: %s", ErrKeys, TrustPolicyKey, truncate(err.Error(), 200))
 	}
@@ -201,6 +210,70 @@ func parseCertificates(b []byte, room int) ([]*x509.Certificate, error) {
 		return nil, errors.New("data after the last PEM block that is not PEM")
 	}
 	return certs, nil
+}
+
+// Bounds on the revocation checks of a trust policy that enforces them: notation-go fetches the
+// OCSP responses and CRLs that the signing and timestamping certificates name.
+const (
+	// maxRevocationBytes bounds each OCSP response and CRL; notation-go's own bound on a CRL,
+	// 32 MiB, is the whole memory limit of the policy function.
+	maxRevocationBytes = 4 << 20
+	revocationTimeout  = 5 * time.Second
+)
+
+// revocationOptions returns notation-go's revocation validators with HTTP clients whose
+// responses are bounded by maxRevocationBytes.
+func revocationOptions() (nverifier.VerifierOptions, error) {
+	client := &http.Client{Timeout: revocationTimeout, Transport: boundedTransport{http.DefaultTransport, maxRevocationBytes}}
+	crls, err := crl.NewHTTPFetcher(client)
+	if err != nil {
+		return nverifier.VerifierOptions{}, err
+	}
+	var out nverifier.VerifierOptions
+	for p, v := range map[purpose.Purpose]*revocation.Validator{purpose.CodeSigning: &out.RevocationCodeSigningValidator, purpose.Timestamping: &out.RevocationTimestampingValidator} {
+		if *v, err = revocation.NewWithOptions(revocation.Options{OCSPHTTPClient: client, CRLFetcher: crls, CertChainPurpose: p}); err != nil {
+			return nverifier.VerifierOptions{}, err
+		}
+	}
+	return out, nil
+}
+
+// boundedTransport fails the read of a response body past limit bytes.
+type boundedTransport struct {
+	next  http.RoundTripper
+	limit int64
+}
+
+func (t boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = &boundedBody{ReadCloser: resp.Body, left: t.limit}
+	return resp, nil
+}
+
+type boundedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more tells a body of exactly the limit from a longer one.
+		var one [1]byte
+		n, err := b.ReadCloser.Read(one[:])
+		if n > 0 {
+			return 0, errors.New("response larger than the bound on revocation data")
+		}
+		return 0, err
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // trustStore is the Secret's certificates as Notation's X.509 trust store: every named store of
