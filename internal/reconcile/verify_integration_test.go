@@ -369,3 +369,91 @@ func TestIntegrationVerifiedSelectionKeyless(t *testing.T) {
 		// The subject's "@" reads as a URL's userinfo, which every condition message masks.
 		"1.1.0 (signed by https://xxxxx@refs/tags/v1 (issuer "+issuer+") that matchOIDCIdentity does not match)", false)
 }
+
+// TestIntegrationVerifiedSelectionNotation selects by Notation signatures under the trust
+// policy and trust store of a Secret, as `notation sign` makes and pushes them: an image signed
+// by a certificate of another CA, and one signed over another image's digest, are skipped.
+func TestIntegrationVerifiedSelectionNotation(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []testenv.RegistryOption
+	}{{"referrers API", []testenv.RegistryOption{testenv.RegistryReferrers()}}, {"referrers tag schema", nil}} {
+		t.Run(mode.name, func(t *testing.T) {
+			f := newVerifyFixture(t, mode.opts...)
+			trusted, other := testenv.NewNotationCA(t), testenv.NewNotationCA(t)
+			f.secret(t, "notation", map[string][]byte{"ca.crt": trusted.CertPEM,
+				signature.TrustPolicyKey: testenv.NotationTrustPolicy(f.reg.Image("app"))})
+			d100 := f.reg.Push(t, "app", "1.0.0")
+			f.reg.SignNotation(t, "app", d100, trusted)
+			f.reg.SignNotation(t, "app", f.reg.Push(t, "app", "1.1.0"), other)
+			f.reg.SignNotation(t, "app", f.reg.Push(t, "app", "1.2.0"), trusted, testenv.SignOver(d100))
+			f.reg.Push(t, "app", "1.3.0")
+			f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+			f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"),
+				Verify: &v1.OCIRepositoryVerification{Provider: v1.VerificationProviderNotation, SecretRef: &v1.LocalObjectReference{Name: "notation"}}})
+			f.put(t, f.ns, "app", "1.0.0", "1.1.0", "1.2.0", "1.3.0")
+			out := f.evaluate(t, f.ns, "app")
+			if out.Result != reconcile.PolicySucceeded || out.Latest == nil || out.Latest.Tag != "1.0.0" {
+				t.Fatalf("outcome %+v, want 1.0.0", out)
+			}
+			p := f.get(t, f.ns, "app")
+			checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.0.0; skipped newer tags", false)
+			for _, want := range []string{"1.3.0 (not signed)", "1.2.0 (the Notation signature is over another digest",
+				"1.1.0 (signed, but not by a certificate the trust policy trusts"} {
+				if !strings.Contains(readyMessage(p), want) {
+					t.Errorf("Ready message %q does not say %q", readyMessage(p), want)
+				}
+			}
+
+			// Evaluating the unchanged repository again costs no registry request.
+			before := f.reg.RequestCount()
+			f.request(t, "app", "again")
+			if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
+				t.Fatalf("second outcome %+v", out)
+			}
+			if n := f.reg.RequestCount() - before; n != 0 {
+				t.Errorf("evaluating an unchanged repository again made %d registry requests, want 0", n)
+			}
+		})
+	}
+}
+
+// TestIntegrationVerifiedSelectionNotationBadSecret gives a notation policy a Secret whose
+// certificate or trust policy does not parse: the policy is Stalled, says which entry is wrong
+// without quoting it, and reads nothing from the registry.
+func TestIntegrationVerifiedSelectionNotationBadSecret(t *testing.T) {
+	f := newVerifyFixture(t)
+	ca := testenv.NewNotationCA(t)
+	const planted = "c2VjcmV0LWtleS1tYXRlcmlhbA=="
+	for _, tt := range []struct {
+		name string
+		data map[string][]byte
+		want string
+	}{
+		{"bad-cert", map[string][]byte{"ca.crt": []byte("-----BEGIN PRIVATE KEY-----\n" + planted + "\n-----END PRIVATE KEY-----\n"),
+			signature.TrustPolicyKey: testenv.NotationTrustPolicy("*")}, `"ca.crt": PEM block 1 is of type "PRIVATE KEY", not CERTIFICATE`},
+		{"bad-policy", map[string][]byte{"ca.crt": ca.CertPEM, signature.TrustPolicyKey: []byte(`{"version": "` + planted)},
+			`"trustpolicy.json": not a JSON trust policy document`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f.secret(t, tt.name, tt.data)
+			f.reg.Push(t, tt.name, "1.0.0")
+			f.repo(t, f.ns, tt.name, f.reg.Image(tt.name), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+			f.policy(t, f.ns, tt.name, v1.ImagePolicySpec{ImageRepositoryRef: refTo(tt.name), Policy: semver("*"),
+				Verify: &v1.OCIRepositoryVerification{Provider: v1.VerificationProviderNotation, SecretRef: &v1.LocalObjectReference{Name: tt.name}}})
+			f.put(t, f.ns, tt.name, "1.0.0")
+			before := f.reg.RequestCount()
+			if out := f.evaluate(t, f.ns, tt.name); out.Result != reconcile.PolicyStalled {
+				t.Fatalf("outcome %+v, want Stalled", out)
+			}
+			p := f.get(t, f.ns, tt.name)
+			checkReady(t, p, metav1.ConditionFalse, v1.VerificationErrorReason, "Secret "+f.ns+"/"+tt.name+": invalid key material: "+tt.want, true)
+			if strings.Contains(readyMessage(p), planted[:12]) || strings.Contains(readyMessage(p), "BEGIN") {
+				t.Errorf("the Ready message quotes the Secret: %q", readyMessage(p))
+			}
+			if n := f.reg.RequestCount() - before; n != 0 {
+				t.Errorf("%d registry requests with an unusable Secret, want 0", n)
+			}
+		})
+	}
+}

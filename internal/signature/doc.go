@@ -1,10 +1,21 @@
 // Package signature decides whether an image's digest carries a valid signature, for
-// ImagePolicy spec.verify. It reads signatures where cosign writes them: the legacy
+// ImagePolicy spec.verify.
+//
+// For provider cosign, it reads signatures where cosign writes them: the legacy
 // "sha256-<hex>.sig" tag (a manifest whose layers are simple-signing payloads, each with its
 // signature in an annotation) and OCI 1.1 referrers of the digest that hold a Sigstore bundle
-// (cosign v3's default), through the referrers API or, on registries without it, the referrers
-// tag schema. Bundles are verified with sigstore-go.
+// (cosign v3's default). Bundles are verified with sigstore-go.
 //
-// Only the policy function links this package: it brings the Sigstore libraries, which the scan
-// function and the cron reconciler do not need.
+// For provider notation, it reads the digest's referrers of artifact type
+// application/vnd.cncf.notary.signature, as `notation sign` pushes them: a manifest of one layer,
+// a JWS or COSE envelope over the signed manifest's descriptor. notation-go verifies each under
+// the trust policy document (trustpolicy.json) and the trust store (the .crt and .pem
+// certificates) of the Secret, with the artifact named host/repository@sha256:... as the trust
+// policy's registryScopes name it.
+//
+// Referrers are listed through the referrers API or, on registries without it, the referrers
+// tag schema. All registry reads go through go-containerregistry, and each is bounded.
+//
+// Only the policy function links this package: it brings the Sigstore and Notation libraries,
+// which the scan function and the cron reconciler do not need.
 package signature

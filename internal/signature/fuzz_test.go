@@ -2,8 +2,17 @@ package signature
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
 	"strings"
 	"testing"
+	"time"
 )
 
 const fuzzKey = `-----BEGIN PUBLIC KEY-----
@@ -46,6 +55,75 @@ func FuzzImageDigestOf(f *testing.F) {
 		d, err := ImageDigestOf(payload)
 		if err == nil && d == "" {
 			t.Fatalf("ImageDigestOf(%q) = %q", payload, d)
+		}
+	})
+}
+
+// fuzzCA is a self-signed CA certificate, PEM-encoded, as a trust store's ca.crt holds one.
+func fuzzCA(f *testing.F) []byte {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		f.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fuzz CA"},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign,
+		BasicConstraintsValid: true, IsCA: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// FuzzParseTrustStore feeds arbitrary Secret entries to the Notation trust store reader: it must
+// not panic, its errors must never quote the entry, and what it accepts is certificates.
+func FuzzParseTrustStore(f *testing.F) {
+	ca := fuzzCA(f)
+	block, _ := pem.Decode(ca)
+	f.Add("ca.crt", ca)
+	f.Add("ca.pem", append(append([]byte{}, ca...), ca...))
+	f.Add("ca.crt", block.Bytes)
+	f.Add("ca.crt", append(append([]byte{}, ca...), "trailing"...))
+	f.Add("ca.crt", []byte("-----BEGIN EC PRIVATE KEY-----\nc2VjcmV0\n-----END EC PRIVATE KEY-----\n"))
+	f.Add("ca.pem", []byte("-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----\n"))
+	f.Add("x.pub", []byte(fuzzKey))
+	f.Fuzz(func(t *testing.T, name string, data []byte) {
+		certs, err := parseTrustStore(map[string][]byte{name: data})
+		if err != nil {
+			if !errors.Is(err, ErrKeys) {
+				t.Fatalf("error %v does not wrap ErrKeys", err)
+			}
+			if len(data) >= 8 && bytes.Contains([]byte(err.Error()), data) {
+				t.Fatalf("error %q quotes the entry", err)
+			}
+			return
+		}
+		if len(certs) == 0 || len(certs) > maxCertificates || !(strings.HasSuffix(name, ".crt") || strings.HasSuffix(name, ".pem")) {
+			t.Fatalf("parseTrustStore(%q) = %d certificates", name, len(certs))
+		}
+	})
+}
+
+// FuzzParseTrustPolicy feeds arbitrary trustpolicy.json entries to the trust policy reader: it
+// must not panic, its errors wrap ErrKeys and are bounded, and a document it accepts is valid.
+func FuzzParseTrustPolicy(f *testing.F) {
+	f.Add([]byte(`{"version":"1.0","trustPolicies":[{"name":"p","registryScopes":["r.example/app"],"signatureVerification":{"level":"strict"},"trustStores":["ca:s"],"trustedIdentities":["*"]}]}`))
+	f.Add([]byte(`{"version":"1.0","trustPolicies":[{"name":"p","registryScopes":["*"],"signatureVerification":{"level":"skip"}}]}`))
+	f.Add([]byte(`{"version":"1.0","trustPolicies":[{"name":"p","registryScopes":["*"],"signatureVerification":{"level":"audit","override":{"revocation":"skip"}},"trustStores":["ca:s"],"trustedIdentities":["x509.subject: CN=a, O=b"]}]}`))
+	f.Add([]byte(`{"version":"2.0","trustPolicies":[]}`))
+	f.Add([]byte(`{"version":"1.0"} {}`))
+	f.Add([]byte(`{"version":1}`))
+	f.Add([]byte(`[`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		doc, err := parseTrustPolicy(map[string][]byte{TrustPolicyKey: data})
+		if err != nil {
+			if !errors.Is(err, ErrKeys) || len(err.Error()) > 600 {
+				t.Fatalf("error %q does not wrap ErrKeys or is unbounded", err)
+			}
+			return
+		}
+		if doc.Validate() != nil {
+			t.Fatalf("parseTrustPolicy accepted an invalid document %q", data)
 		}
 	})
 }

@@ -29,8 +29,9 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 )
 
-// ErrUnsupported is wrapped by the errors of New for a spec.verify this package cannot
-// check yet: Notation, and cosign keyless verification.
+// ErrUnsupported is wrapped by the errors of New for a spec.verify this package cannot check:
+// a provider other than cosign and notation, and cosign keyless verification with the Sigstore
+// public-good trusted root (a spec.verify without secretRef).
 var ErrUnsupported = errors.New("unsupported verification")
 
 // Media types and annotations that cosign writes.
@@ -66,7 +67,9 @@ type Verifier struct {
 	// identities; it is set instead of keys and bundles.
 	keyless    *verify.Verifier
 	identities []verify.CertificateIdentity
-	id         string
+	// notation verifies Notation signatures; it is set instead of all the above.
+	notation *notationState
+	id       string
 }
 
 // TrustedRootKey is the Secret entry that holds a Sigstore trusted root (trusted_root.json, as
@@ -84,7 +87,7 @@ func New(spec *v1.OCIRepositoryVerification, secret map[string][]byte) (*Verifie
 	switch spec.Provider {
 	case v1.VerificationProviderCosign, "":
 	case v1.VerificationProviderNotation:
-		return nil, fmt.Errorf("%w: provider notation is not supported yet", ErrUnsupported)
+		return newNotation(spec, secret)
 	default:
 		return nil, fmt.Errorf("%w: provider %q", ErrUnsupported, spec.Provider)
 	}
@@ -179,6 +182,9 @@ func (v *Verifier) Verify(ctx context.Context, repo name.Repository, digest stri
 		return false, fmt.Sprintf("digest %q is not a sha256 digest", digest), nil
 	}
 	opts = append(opts, remote.WithContext(ctx))
+	if v.notation != nil {
+		return v.verifyNotation(ctx, repo, h, opts)
+	}
 	var reasons []string
 	ok, why, err := v.legacy(repo, h, opts)
 	if err != nil || ok {
@@ -276,17 +282,13 @@ func (v *Verifier) verifyPayload(payload, sig []byte) bool {
 
 // referrers checks the Sigstore bundles among the digest's referrers.
 func (v *Verifier) referrers(repo name.Repository, h ggcrv1.Hash, opts []remote.Option) (bool, []string, error) {
-	idx, err := remote.Referrers(repo.Digest(h.String()), opts...)
+	listed, err := listReferrers(repo, h, opts)
 	if err != nil {
-		return false, nil, fmt.Errorf("listing the referrers of %s@%s: %w", repo.Name(), h, err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		return false, nil, fmt.Errorf("listing the referrers of %s@%s: %w", repo.Name(), h, err)
+		return false, nil, err
 	}
 	var reasons []string
 	checked := 0
-	for _, d := range im.Manifests {
+	for _, d := range listed {
 		// Some registries (go-containerregistry's own) list the config's media type as the
 		// artifact type, which is OCI's empty type for a bundle; the manifest tells.
 		if !strings.HasPrefix(d.ArtifactType, BundleMediaTypePrefix) && d.ArtifactType != ociEmptyType && d.ArtifactType != "" {
@@ -315,24 +317,51 @@ func (v *Verifier) referrers(repo name.Repository, h ggcrv1.Hash, opts []remote.
 	return false, reasons, nil
 }
 
-// fetchBundle reads the bundle of referrer d of the image h; why says what is wrong with it.
-func fetchBundle(repo name.Repository, d ggcrv1.Descriptor, h ggcrv1.Hash, opts []remote.Option) (*bundle.Bundle, string, error) {
+// listReferrers lists the referrers of the image h: through the referrers API, or on a registry
+// without it, the index of the referrers tag schema (go-containerregistry falls back to it).
+func listReferrers(repo name.Repository, h ggcrv1.Hash, opts []remote.Option) ([]ggcrv1.Descriptor, error) {
+	idx, err := remote.Referrers(repo.Digest(h.String()), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("listing the referrers of %s@%s: %w", repo.Name(), h, err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("listing the referrers of %s@%s: %w", repo.Name(), h, err)
+	}
+	return im.Manifests, nil
+}
+
+// fetchReferrer reads the manifest of referrer d of the image h, which must name h as its
+// subject; what names the kind of referrer in why, which says what is wrong with it.
+func fetchReferrer(repo name.Repository, d ggcrv1.Descriptor, h ggcrv1.Hash, what string, opts []remote.Option) (*ggcrv1.Manifest, string, error) {
+	if d.Size > maxManifestBytes {
+		return nil, "a " + what + " manifest is too large", nil
+	}
 	desc, err := remote.Get(repo.Digest(d.Digest.String()), opts...)
 	if notFound(err) {
-		return nil, "a listed signature bundle is missing", nil
+		return nil, "a listed " + what + " is missing", nil
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("reading a signature bundle of %s@%s: %w", repo.Name(), h, err)
+		return nil, "", fmt.Errorf("reading a %s of %s@%s: %w", what, repo.Name(), h, err)
 	}
 	if len(desc.Manifest) > maxManifestBytes {
-		return nil, "a signature bundle manifest is too large", nil
+		return nil, "a " + what + " manifest is too large", nil
 	}
 	m, err := ggcrv1.ParseManifest(bytes.NewReader(desc.Manifest))
 	if err != nil {
-		return nil, "a signature bundle manifest does not parse", nil
+		return nil, "a " + what + " manifest does not parse", nil
 	}
 	if m.Subject == nil || m.Subject.Digest != h {
-		return nil, "a signature bundle that refers to another manifest", nil
+		return nil, "a " + what + " that refers to another manifest", nil
+	}
+	return m, "", nil
+}
+
+// fetchBundle reads the bundle of referrer d of the image h; why says what is wrong with it.
+func fetchBundle(repo name.Repository, d ggcrv1.Descriptor, h ggcrv1.Hash, opts []remote.Option) (*bundle.Bundle, string, error) {
+	m, why, err := fetchReferrer(repo, d, h, "signature bundle", opts)
+	if m == nil {
+		return nil, why, err
 	}
 	for _, l := range m.Layers {
 		if !strings.HasPrefix(string(l.MediaType), BundleMediaTypePrefix) {

@@ -137,8 +137,8 @@ func TestNewRefuses(t *testing.T) {
 		is      error
 		mention string
 	}{
-		{"notation", &v1.OCIRepositoryVerification{Provider: "notation", SecretRef: &v1.LocalObjectReference{Name: "x"}}, nil,
-			signature.ErrUnsupported, "notation"},
+		{"another provider", &v1.OCIRepositoryVerification{Provider: "sigstore", SecretRef: &v1.LocalObjectReference{Name: "x"}}, nil,
+			signature.ErrUnsupported, `provider "sigstore"`},
 		{"keyless", &v1.OCIRepositoryVerification{Provider: "cosign"}, nil, signature.ErrUnsupported, "keyless"},
 		{"no .pub", cosignSpec(), map[string][]byte{"cosign.key": key.PublicPEM}, signature.ErrKeys, "no public key"},
 		{"not PEM", cosignSpec(), map[string][]byte{"cosign.pub": []byte("hello")}, signature.ErrKeys, `"cosign.pub": not PEM-encoded`},

@@ -95,3 +95,77 @@ func TestVerifiedPushIntegration(t *testing.T) {
 	waitLatest(t, s, "signed", "1.1.0")
 	t.Logf("signature of 1.1.0 to latestRef: %v", time.Since(signed).Round(time.Millisecond))
 }
+
+const notationManifests = `apiVersion: v1
+kind: Secret
+metadata:
+  name: notation-trust
+stringData:
+  trustpolicy.json: '%[2]s'
+  ca.crt: |
+%[3]s
+---
+apiVersion: image.toolkit.fluxcd.io/v1
+kind: ImageRepository
+metadata:
+  name: notation
+spec:
+  image: %[1]s
+  interval: 1h
+  insecure: true
+---
+apiVersion: image.toolkit.fluxcd.io/v1
+kind: ImagePolicy
+metadata:
+  name: notation
+spec:
+  imageRepositoryRef:
+    name: notation
+  policy:
+    semver:
+      range: ^1.x
+  verify:
+    provider: notation
+    secretRef:
+      name: notation-trust
+`
+
+// TestVerifiedPushNotationIntegration is TestVerifiedPushIntegration with Notation signatures,
+// made by notation-go and pushed under the referrers tag schema of docker-registry, verified by
+// the policy function's process under the trust policy and CA of a Secret.
+func TestVerifiedPushNotationIntegration(t *testing.T) {
+	ctx := context.Background()
+	s := start(t, stack.Options{CronEvery: time.Hour})
+	ca := testenv.NewNotationCA(t)
+	image := s.Registry + "/notation/app"
+	indented := "    " + strings.ReplaceAll(strings.TrimSpace(string(ca.CertPEM)), "\n", "\n    ")
+	manifests := fmt.Sprintf(notationManifests, image, testenv.NotationTrustPolicy(image), indented)
+	if _, err := s.Env.Apply(ctx, "default", []byte(manifests)); err != nil {
+		t.Fatal(err)
+	}
+
+	d100, err := stack.Push(image + ":1.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.SignNotation(t, image, d100, ca)
+	waitLatest(t, s, "notation", "1.0.0")
+
+	d110, err := stack.Push(image + ":1.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		p, err := s.Kube.Policies.Get(ctx, "default", "notation")
+		if err != nil {
+			return err
+		}
+		ready := apimeta.FindStatusCondition(p.Status.Conditions, v1.ReadyCondition)
+		if ready == nil || !strings.Contains(ready.Message, "1.1.0 (not signed)") {
+			return fmt.Errorf("the unsigned 1.1.0 is not reported yet: %+v", ready)
+		}
+		return nil
+	})
+	testenv.SignNotation(t, image, d110, ca)
+	waitLatest(t, s, "notation", "1.1.0")
+}

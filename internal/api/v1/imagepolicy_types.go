@@ -80,7 +80,10 @@ type OCIRepositoryVerification struct {
 	Provider string `json:"provider"`
 
 	// SecretRef specifies the Kubernetes Secret containing the trusted public keys: for
-	// cosign, one or more PEM-encoded public keys, each under a key ending in ".pub".
+	// cosign, one or more PEM-encoded public keys, each under a key ending in ".pub", or a
+	// Sigstore trusted root under "trusted_root.json" for keyless signatures; for Notation, the
+	// trust store's certificates (PEM, one or more per entry) under keys ending in ".crt" or
+	// ".pem", and the Notation trust policy document (version 1.0) under "trustpolicy.json".
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 
