@@ -20,7 +20,7 @@ import (
 func NewDockerRegistry(t testing.TB) string {
 	t.Helper()
 	if _, err := exec.LookPath("docker-registry"); err != nil {
-		t.Skip("docker-registry is not installed: run `make deps`")
+		t.Fatalf("docker-registry: %v (make deps installs it)", err)
 	}
 	dir := t.TempDir()
 	var host string
