@@ -28,7 +28,7 @@ type Dispatcher interface {
 // StoreKeys is the part of the tag store that a cron pass cleans up.
 type StoreKeys interface {
 	Keys(ctx context.Context) ([]string, error)
-	Delete(ctx context.Context, key string) error
+	Delete(ctx context.Context, key string) (bool, error)
 }
 
 // Pass is one run of the cron reconciler: it lists every ImageRepository and ImagePolicy, asks
@@ -240,7 +240,7 @@ func (p *Pass) cleanStore(ctx context.Context, stored map[string]bool, live map[
 		if _, ok := live[k]; ok {
 			continue
 		}
-		if err := p.Store.Delete(ctx, k); err != nil {
+		if _, err := p.Store.Delete(ctx, k); err != nil {
 			log.Warn("deleting store entry", "key", k, "error", err)
 			continue
 		}

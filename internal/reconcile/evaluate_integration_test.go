@@ -389,7 +389,7 @@ func TestEvaluateIntegrationStoreEntryLostKeepsLatestRef(t *testing.T) {
 	f.evaluate(t, f.ns, "app")
 	want := &v1.ImageRef{Name: "ghcr.io/org/app", Tag: "1.1.0"}
 
-	if err := f.writer.Delete(ctx, reconcile.StoreKey(f.ns, "app")); err != nil {
+	if _, err := f.writer.Delete(ctx, reconcile.StoreKey(f.ns, "app")); err != nil {
 		t.Fatal(err)
 	}
 	out := f.evaluate(t, f.ns, "app")

@@ -538,8 +538,12 @@ func (s *Scanner) readRepository(ctx context.Context, namespace, name string, re
 	if apierrors.IsNotFound(err) {
 		// The store is a cache of live objects: a deleted repository loses its entry.
 		metrics.ForgetRepository(namespace, name)
-		if err := s.Store.Delete(ctx, key); err != nil && !errors.Is(err, store.ErrNotFound) {
+		removed, err := s.Store.Delete(ctx, key)
+		if err != nil {
 			return nil, ScanOutcome{Skipped: SkippedDeleted}, err
+		}
+		if removed {
+			s.announceDeleted(ctx, namespace, name)
 		}
 		return nil, ScanOutcome{Skipped: SkippedDeleted}, nil
 	}
@@ -696,6 +700,20 @@ func (s *Scanner) announce(ctx context.Context, repo *v1.ImageRepository, id sto
 		}
 	})
 	return announced.Wait
+}
+
+// announceDeleted tells the policies of a repository whose entry a scan removed, because the
+// repository is gone, that its tags changed: they are evaluated again and report the missing
+// repository (Ready=False, DependencyNotReady, latestRef kept), as Flux's policies do when their
+// repository is deleted. The entry was there, so this happens once per deletion.
+func (s *Scanner) announceDeleted(ctx context.Context, namespace, name string) {
+	if s.Sink == nil {
+		return
+	}
+	data := events.TagsChanged{Namespace: namespace, Name: name}
+	if err := s.Sink.Send(ctx, events.TypeTagsChanged, StoreKey(namespace, name), data); err != nil {
+		logger(s.Log).WarnContext(ctx, "announcing a deleted repository", "namespace", namespace, "name", name, "error", err)
+	}
 }
 
 // delta is the addition res made for identity id, as a TagsChanged event carries it, or nil when

@@ -327,12 +327,23 @@ func TestScanIntegrationDeletedRepositoryLosesItsEntry(t *testing.T) {
 	if err := f.kube.Repositories.Delete(ctx, f.ns, "gone"); err != nil {
 		t.Fatal(err)
 	}
+	announced := len(f.sink.names(f.ns))
 	out, err := f.scanner.Scan(ctx, f.ns, "gone", nil)
 	if err != nil || out.Skipped != reconcile.SkippedDeleted {
 		t.Fatalf("%+v, %v", out, err)
 	}
 	if _, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, "gone"), gone); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("store entry of a deleted repository: %v", err)
+	}
+	// The policies hear of it once: a second delivery of the deletion finds no entry.
+	if got := f.sink.names(f.ns); len(got) != announced+1 {
+		t.Errorf("announced after the deletion: %v, want one more than the %d before", got, announced)
+	}
+	if _, err := f.scanner.Scan(ctx, f.ns, "gone", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.sink.names(f.ns); len(got) != announced+1 {
+		t.Errorf("announced after a second scan of the deleted repository: %v", got)
 	}
 }
 

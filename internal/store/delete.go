@@ -7,10 +7,23 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
-// Delete removes the entry of key, as when its ImageRepository is deleted.
-// Deleting a missing entry is not an error.
-func (s *Store) Delete(ctx context.Context, key string) error {
-	return s.txn(ctx, key, true, func(txn *badger.Txn) error {
+// Delete removes the entry of key, as when its ImageRepository is deleted, and reports whether
+// there was one. Deleting a missing entry is not an error.
+func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
+	existed := false
+	err := s.txn(ctx, key, true, func(txn *badger.Txn) error {
+		existed = false
+		for _, k := range [][]byte{metaKey(key), tagsKey(key)} {
+			_, err := txn.Get(k)
+			if err == nil {
+				existed = true
+			} else if !errors.Is(err, badger.ErrKeyNotFound) {
+				return err
+			}
+		}
+		if !existed {
+			return nil
+		}
 		if err := s.room(0); err != nil {
 			return err
 		}
@@ -19,6 +32,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		}
 		return txn.Delete(tagsKey(key))
 	})
+	return existed && err == nil, err
 }
 
 // DeleteFor removes the entry of key if it was listed for the object of

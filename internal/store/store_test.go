@@ -133,10 +133,10 @@ func TestDeleteDeletes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Delete(ctx, "a/two"); err != nil {
+	if removed, err := s.Delete(ctx, "a/two"); err != nil || !removed {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, "a/missing"); err != nil {
+	if removed, err := s.Delete(ctx, "a/missing"); err != nil || removed {
 		t.Fatalf("deleting a missing key: %v", err)
 	}
 	checkGone := func(s *Store) {
@@ -235,7 +235,7 @@ func TestReadOnlyRejectsWrites(t *testing.T) {
 	if _, _, err := s.AddTags(ctx, "ns/a", testID, nil); !errors.Is(err, ErrReadOnly) {
 		t.Errorf("AddTags = %v, want ErrReadOnly", err)
 	}
-	if err := s.Delete(ctx, "ns/a"); !errors.Is(err, ErrReadOnly) {
+	if _, err := s.Delete(ctx, "ns/a"); !errors.Is(err, ErrReadOnly) {
 		t.Errorf("Delete = %v, want ErrReadOnly", err)
 	}
 	// A reader on a directory nobody has written yet sees an empty store.
