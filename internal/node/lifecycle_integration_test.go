@@ -14,6 +14,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/imagereflector/reflector/internal/node"
 	"github.com/imagereflector/reflector/internal/store"
@@ -81,6 +82,27 @@ func lifecycle(ctx context.Context, t *testing.T, c *node.Cluster, p *pushes, ku
 		})
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Its policy hears of it, as Flux's does: not Ready, latestRef kept.
+		var ready string
+		err = testenv.Poll(ctx, time.Minute, time.Second, func() error {
+			pol, err := p.c.Dynamic().Resource(policies).Namespace(p.namespace).Get(ctx, "app", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			conds, _, _ := unstructured.NestedSlice(pol.Object, "status", "conditions")
+			for _, c := range conds {
+				if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+					ready = fmt.Sprintf("%v %v: %v", m["status"], m["reason"], m["message"])
+					if m["status"] == "False" && m["reason"] == "DependencyNotReady" {
+						return nil
+					}
+				}
+			}
+			return errors.New("Ready is " + ready)
+		})
+		if err != nil {
+			t.Errorf("the policy of the deleted repository: %v", err)
 		}
 		if got := p.latest(ctx, t); got != p.repo+":1.4.0" {
 			t.Errorf("latestRef is %q after the repository's deletion, want it kept at 1.4.0", got)
