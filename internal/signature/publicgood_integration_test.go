@@ -3,6 +3,7 @@ package signature_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -123,13 +124,23 @@ func TestIntegrationVerifyPublicGood(t *testing.T) {
 		t.Errorf("the same root from a Secret gives ID %s, from TUF %s", fromSecret.ID(), v.ID())
 	}
 
-	// A restarted process finds the metadata and the root in the disk cache.
+	// A process started later finds the metadata and the root in the disk cache...
 	restarted := tufFromEnv(t, repo, cache)
+	c := &clock{now: time.Now().Add(23 * time.Hour)}
+	signature.SetTUFClock(restarted, c.Now)
 	if _, err := signature.New(publicGoodSpec(ciIdentity), nil, signature.WithTUFRoot(restarted)); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(repo.Requests()); n != fetched {
 		t.Errorf("a restarted process with the disk cache made %d TUF requests, want none", n-fetched)
+	}
+	// ... and uses it no longer than a day after the refresh that wrote it.
+	c.advance(2 * time.Hour)
+	if _, err := signature.New(publicGoodSpec(ciIdentity), nil, signature.WithTUFRoot(restarted)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(repo.Requests()); n == fetched {
+		t.Error("a day after the disk cache's refresh, the repository was not asked")
 	}
 }
 
@@ -353,4 +364,44 @@ func TestTUFFromEnvRefuses(t *testing.T) {
 	if err != nil || r.URL() != signature.DefaultTUFURL {
 		t.Fatalf("TUFFromEnv() = %v, %v; want the public-good repository", r, err)
 	}
+}
+
+// TestIntegrationVerifyPublicGoodBoundsReads serves an endless body for every file: the client
+// stops reading at TUF's bound for the file, and New fails without a verifier.
+func TestIntegrationVerifyPublicGoodBoundsReads(t *testing.T) {
+	var mu sync.Mutex
+	written := 0
+	endless := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		chunk := make([]byte, 32<<10)
+		for {
+			n, err := w.Write(chunk)
+			mu.Lock()
+			written += n
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}))
+	defer endless.Close()
+	repo := testenv.NewTUFRepository(t, map[string][]byte{"trusted_root.json": testenv.NewSigstore(t).TrustedRootWithoutCTJSON(t)})
+	tufFromEnv(t, repo, t.TempDir())
+	t.Setenv(signature.EnvTUFURL, endless.URL)
+	tr, err := signature.TUFFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = signature.New(publicGoodSpec(ciIdentity), nil, signature.WithTUFRoot(tr))
+	var terr *signature.TUFError
+	if !errors.As(err, &terr) || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("New() error = %v; want a *TUFError about the length", err)
+	}
+	endless.CloseClientConnections()
+	mu.Lock()
+	defer mu.Unlock()
+	// The server writes ahead of what the client reads by the sockets' buffers.
+	if written > 16<<20 {
+		t.Errorf("the server wrote %d bytes before the client stopped reading", written)
+	}
+	t.Logf("the server wrote %d bytes; New() error: %v", written, err)
 }

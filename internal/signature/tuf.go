@@ -3,12 +3,14 @@ package signature
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -232,8 +234,27 @@ func (r *TUFRoot) trusted() (*trustedRoot, error) {
 		return nil, r.err
 	}
 	cur.until = now.Add(tufValidity)
+	if last := r.lastRefresh(); !last.IsZero() && last.Add(tufValidity).Before(cur.until) {
+		// Read from the disk cache, which a process before this one refreshed: valid no
+		// longer than that refresh allows.
+		cur.until = last.Add(tufValidity)
+	}
 	r.cur, r.err = cur, nil
 	return cur, nil
+}
+
+// lastRefresh is when the disk cache was last refreshed from the repository, as sigstore-go's
+// client records it; zero without a disk cache or a record.
+func (r *TUFRoot) lastRefresh() time.Time {
+	if r.opts.DisableLocalCache {
+		return time.Time{}
+	}
+	b, err := readBounded(filepath.Join(r.opts.CachePath, tuf.URLToPath(r.url)+".json"), 4<<10)
+	var cfg tuf.Config
+	if err != nil || json.Unmarshal(b, &cfg) != nil {
+		return time.Time{}
+	}
+	return cfg.LastTimestamp
 }
 
 // refresh runs TUF's client workflow and reads the trusted root target. The first time, the
