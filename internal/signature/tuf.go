@@ -161,7 +161,7 @@ func TUFFromEnv() (*TUFRoot, error) {
 	}
 	r, err := NewTUFRoot(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%s, %s: %w", EnvTUFURL, EnvTUFRoot, err)
+		return nil, fmt.Errorf("the Sigstore TUF repository of %s and %s: %w", EnvTUFURL, EnvTUFRoot, err)
 	}
 	return r, nil
 }
