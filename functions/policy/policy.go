@@ -32,6 +32,13 @@
 //	REFLECTOR_OIDC_NAMESPACES and a ServiceAccount of one of these namespaces (comma-separated)
 //	REFLECTOR_FEATURE_GATES, REFLECTOR_DEFAULT_SERVICE_ACCOUNT  as for the scan function: how
 //	                      digest reflection (a HEAD of the latest tag) logs in to cloud registries
+//	REFLECTOR_SIGSTORE_TUF_URL    the TUF repository that the Sigstore trusted root of keyless
+//	                      verification without a secretRef comes from (default: the public-good
+//	                      one, https://tuf-repo-cdn.sigstore.dev), e.g. a mirror
+//	REFLECTOR_SIGSTORE_TUF_ROOT   path of that repository's initial root.json (default: the
+//	                      public-good root embedded in sigstore-go)
+//	REFLECTOR_SIGSTORE_TUF_CACHE  a writable directory for the TUF client's cache (default:
+//	                      memory only); fetched on first need, reused for a day
 package policy
 
 import (
@@ -95,6 +102,9 @@ type Deps struct {
 	Log *slog.Logger
 	// Senders verifies the token of each request but /healthz; nil accepts every request.
 	Senders *tokenreview.Verifier
+	// Sigstore fetches the trusted root of keyless verification without a secretRef; nil
+	// leaves such policies Stalled as unsupported.
+	Sigstore *signature.TUFRoot
 }
 
 // FromEnv builds Deps from the environment described in the package comment.
@@ -107,6 +117,10 @@ func FromEnv() (*Deps, error) {
 	if err != nil {
 		return nil, err
 	}
+	sigstore, err := signature.TUFFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	return &Deps{
 		Kube:     env.Kube,
 		Registry: registry.New(registry.WithCloudAuth(cloud)),
@@ -114,16 +128,24 @@ func FromEnv() (*Deps, error) {
 		Sink:     env.Sink,
 		Recorder: kube.NewRecorder(env.Kube, "reflector-policy", kube.PostingTo(env.FluxEvents)),
 		Senders:  env.Senders,
+		Sigstore: sigstore,
 	}, nil
 }
 
-// newImageVerifier checks signatures with internal/signature, which only this function links.
-func newImageVerifier(spec *v1.OCIRepositoryVerification, secret map[string][]byte) (reconcile.ImageVerifier, error) {
-	v, err := signature.New(spec, secret)
-	if err != nil {
-		return nil, err
+// newImageVerifier checks signatures with internal/signature, which only this function links,
+// keyless ones without a secretRef under the trusted root that sigstore fetches.
+func newImageVerifier(sigstore *signature.TUFRoot) reconcile.NewImageVerifier {
+	var opts []signature.Option
+	if sigstore != nil {
+		opts = append(opts, signature.WithTUFRoot(sigstore))
 	}
-	return v, nil
+	return func(spec *v1.OCIRepositoryVerification, secret map[string][]byte) (reconcile.ImageVerifier, error) {
+		v, err := signature.New(spec, secret, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return v, nil
+	}
 }
 
 // Handler is the policy function's HTTP handler; the package comment lists what it answers.
@@ -142,7 +164,7 @@ func NewHandler(d *Deps) *Handler {
 	}
 	ev := &reconcile.Evaluator{
 		Kube: d.Kube, Store: d.Store, Registry: d.Registry, Recorder: d.Recorder, Log: log,
-		Verifier: newImageVerifier,
+		Verifier: newImageVerifier(d.Sigstore),
 	}
 	// A nil *events.Sender in the interface would be non-nil; leave the field unset instead.
 	if d.Sink != nil {

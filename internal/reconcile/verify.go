@@ -38,8 +38,19 @@ type ImageVerifier interface {
 
 // NewImageVerifier returns the ImageVerifier of spec, given the data of the Secret its
 // secretRef names (nil when it names none). Its errors are about the spec or the Secret's key
-// material, which only an edit cures, and must not quote key material.
+// material, which only an edit cures, and must not quote key material; except those with a
+// method Transient() bool that answers true: trust material that the verifier fetches (the
+// Sigstore public-good trusted root, through TUF) could not be had now, and a later evaluation
+// may succeed.
 type NewImageVerifier func(spec *v1.OCIRepositoryVerification, secret map[string][]byte) (ImageVerifier, error)
+
+// transient is implemented by the errors of a NewImageVerifier that a retry may cure.
+type transient interface{ Transient() bool }
+
+func isTransient(err error) bool {
+	var t transient
+	return errors.As(err, &t) && t.Transient()
+}
 
 // verifyMemo remembers what verifications learnt: the digest of a tag in one stored tag list,
 // and the verdict on a digest under one verifier, so that evaluating an unchanged repository
@@ -135,6 +146,10 @@ func (e *Evaluator) verifierOf(ctx context.Context, pol *v1.ImagePolicy) (ImageV
 		data = sec.Data
 	}
 	iv, err := e.Verifier(spec, data)
+	if isTransient(err) {
+		// No verdict: the policy keeps its latestRef and is evaluated again.
+		return nil, fmt.Errorf("spec.verify: %w", err)
+	}
 	if err != nil {
 		if spec.SecretRef != nil {
 			return nil, fmt.Errorf("%w: Secret %s/%s: %w", errVerifyConfig, pol.Namespace, spec.SecretRef.Name, err)

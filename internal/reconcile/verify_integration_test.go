@@ -3,6 +3,8 @@ package reconcile_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -456,4 +458,78 @@ func TestIntegrationVerifiedSelectionNotationBadSecret(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestIntegrationVerifiedSelectionPublicGood selects by keyless signatures without a secretRef,
+// under the trusted root of a TUF repository made for the test in place of the public-good one,
+// configured through the policy function's environment: an image signed by another identity is
+// skipped. With the repository unreachable, there is no verdict: the policy fails, not Stalled,
+// keeps its latestRef and reads nothing from the registry.
+func TestIntegrationVerifiedSelectionPublicGood(t *testing.T) {
+	const issuer, subject = "https://token.actions.githubusercontent.com", "https://github.com/org/app/.github/workflows/release.yaml@refs/tags/v1"
+	sigstore := testenv.NewSigstore(t)
+	tuf := testenv.NewTUFRepository(t, map[string][]byte{"trusted_root.json": sigstore.TrustedRootWithoutCTJSON(t)})
+	rootFile := filepath.Join(t.TempDir(), "root.json")
+	if err := os.WriteFile(rootFile, tuf.RootJSON(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(signature.EnvTUFURL, tuf.URL())
+	t.Setenv(signature.EnvTUFRoot, rootFile)
+	t.Setenv(signature.EnvTUFCache, t.TempDir())
+	verify := &v1.OCIRepositoryVerification{Provider: "cosign",
+		MatchOIDCIdentity: []v1.OIDCIdentityMatch{{Issuer: "^" + issuer + "$", Subject: "^https://github.com/org/app/"}}}
+	fixture := func(t *testing.T) *verifyFixture {
+		f := newVerifyFixture(t)
+		tr, err := signature.TUFFromEnv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.ev.Verifier = func(spec *v1.OCIRepositoryVerification, data map[string][]byte) (reconcile.ImageVerifier, error) {
+			return signature.New(spec, data, signature.WithTUFRoot(tr))
+		}
+		return f
+	}
+
+	t.Run("verified", func(t *testing.T) {
+		f := fixture(t)
+		f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.0.0"), sigstore, subject, issuer)
+		f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.1.0"), sigstore, "https://github.com/fork/app/.github/workflows/release.yaml@refs/tags/v1", issuer)
+		f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+		f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"), Verify: verify})
+		f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+		out := f.evaluate(t, f.ns, "app")
+		if out.Result != reconcile.PolicySucceeded || out.Latest == nil || out.Latest.Tag != "1.0.0" {
+			t.Fatalf("outcome %+v, want 1.0.0", out)
+		}
+		checkReady(t, f.get(t, f.ns, "app"), metav1.ConditionTrue, v1.SucceededReason,
+			"1.1.0 (signed by https://xxxxx@refs/tags/v1 (issuer "+issuer+") that matchOIDCIdentity does not match)", false)
+	})
+
+	t.Run("TUF repository unreachable", func(t *testing.T) {
+		tuf.SetDown(true)
+		defer tuf.SetDown(false)
+		// A process of its own, whose disk cache is empty.
+		t.Setenv(signature.EnvTUFCache, t.TempDir())
+		f := fixture(t)
+		f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.0.0"), sigstore, subject, issuer)
+		f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+		f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"), Verify: verify})
+		f.put(t, f.ns, "app", "1.0.0")
+		kept := &v1.ImageRef{Name: f.reg.Image("app"), Tag: "0.9.0"}
+		f.seed(t, f.ns, "app", kept)
+		before := f.reg.RequestCount()
+		out := f.evaluate(t, f.ns, "app")
+		if out.Result != reconcile.PolicyFailed || !sameRef(out.Latest, kept) {
+			t.Fatalf("outcome %+v, want a failure, not Stalled, that keeps %s", out, refString(kept))
+		}
+		p := f.get(t, f.ns, "app")
+		if !sameRef(p.Status.LatestRef, kept) {
+			t.Errorf("latestRef = %s, want %s kept", refString(p.Status.LatestRef), refString(kept))
+		}
+		checkReady(t, p, metav1.ConditionFalse, v1.VerificationErrorReason,
+			"the Sigstore trusted root could not be fetched from the TUF repository "+tuf.URL(), false)
+		if n := f.reg.RequestCount() - before; n != 0 {
+			t.Errorf("%d registry requests without a trusted root, want 0", n)
+		}
+	})
 }

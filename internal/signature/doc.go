@@ -6,6 +6,13 @@
 // signature in an annotation) and OCI 1.1 referrers of the digest that hold a Sigstore bundle
 // (cosign v3's default). Bundles are verified with sigstore-go.
 //
+// Keyless cosign signatures verify under a Sigstore trusted root: the Secret's trusted_root.json,
+// or, for a spec.verify without a secretRef, the Sigstore public-good one, which a TUFRoot
+// fetches with sigstore-go's TUF client from https://tuf-repo-cdn.sigstore.dev (or a mirror) on
+// first need, keeps for a day, and bounds in size, requests and time. When it cannot be had,
+// New returns a *TUFError: no verdict, a later attempt may succeed. A Verifier's ID hashes the
+// trusted root's bytes, so a rotated root is a new ID.
+//
 // For provider notation, it reads the digest's referrers of artifact type
 // application/vnd.cncf.notary.signature, as `notation sign` pushes them: a manifest of one layer,
 // a JWS or COSE envelope over the signed manifest's descriptor. notation-go verifies each under

@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"math/big"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +125,36 @@ func FuzzParseTrustPolicy(f *testing.F) {
 		}
 		if doc.Validate() != nil {
 			t.Fatalf("parseTrustPolicy accepted an invalid document %q", data)
+		}
+	})
+}
+
+// FuzzParseTUFURL feeds arbitrary mirror URLs to the check of REFLECTOR_SIGSTORE_TUF_URL: it
+// must not panic, and what it accepts is an http(s) URL with a host and nothing that could be a
+// credential, which it accepts again unchanged.
+func FuzzParseTUFURL(f *testing.F) {
+	for _, s := range []string{"https://tuf-repo-cdn.sigstore.dev", "http://127.0.0.1:8080/tuf/", "https://u:p@h/",
+		"https://h/?q=1", "https://h/#f", "https://h/a%2Fb", "https://[::1]:443/x", "HTTPS://H", "https:h", "//h"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := ParseTUFURL(s)
+		if err != nil {
+			if strings.Contains(err.Error(), s) && len(s) >= 8 {
+				t.Fatalf("error %q quotes the URL", err)
+			}
+			return
+		}
+		u, err := url.Parse(got)
+		if err != nil {
+			t.Fatalf("ParseTUFURL(%q) = %q, which does not parse: %v", s, got, err)
+		}
+		if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" ||
+			strings.HasSuffix(got, "/") {
+			t.Fatalf("ParseTUFURL(%q) = %q", s, got)
+		}
+		if again, err := ParseTUFURL(got); err != nil || again != got {
+			t.Fatalf("ParseTUFURL(%q) = %q, then %q, %v", s, got, again, err)
 		}
 	})
 }

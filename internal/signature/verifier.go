@@ -29,9 +29,9 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 )
 
-// ErrUnsupported is wrapped by the errors of New for a spec.verify this package cannot check:
-// a provider other than cosign and notation, and cosign keyless verification with the Sigstore
-// public-good trusted root (a spec.verify without secretRef).
+// ErrUnsupported is wrapped by the errors of New for a spec.verify this package cannot check: a
+// provider other than cosign and notation, or cosign keyless verification without a secretRef
+// in a process that was given no TUFRoot to fetch the Sigstore public-good trusted root with.
 var ErrUnsupported = errors.New("unsupported verification")
 
 // Media types and annotations that cosign writes.
@@ -80,10 +80,27 @@ const TrustedRootKey = "trusted_root.json"
 // about 10 kB.
 const maxTrustedRootBytes = 512 << 10
 
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	tuf *TUFRoot
+}
+
+// WithTUFRoot has New verify the keyless signatures of a cosign spec.verify without a secretRef
+// under the trusted root that r fetches, by default the Sigstore public-good one.
+func WithTUFRoot(r *TUFRoot) Option { return func(o *options) { o.tuf = r } }
+
 // New returns the Verifier of spec with the data of the Secret spec.secretRef names (nil when
 // it names none). Its errors wrap ErrKeys (the Secret's keys or trusted root are unusable) or
-// ErrUnsupported, or say what spec lacks; only an edit of the spec or the Secret cures any.
-func New(spec *v1.OCIRepositoryVerification, secret map[string][]byte) (*Verifier, error) {
+// ErrUnsupported, or say what spec lacks; only an edit of the spec or the Secret cures any. The
+// exception is a *TUFError, for a spec.verify without a secretRef whose trusted root could not
+// be fetched: no verdict, a later attempt may succeed.
+func New(spec *v1.OCIRepositoryVerification, secret map[string][]byte, opts ...Option) (*Verifier, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	switch spec.Provider {
 	case v1.VerificationProviderCosign, "":
 	case v1.VerificationProviderNotation:
@@ -92,8 +109,7 @@ func New(spec *v1.OCIRepositoryVerification, secret map[string][]byte) (*Verifie
 		return nil, fmt.Errorf("%w: provider %q", ErrUnsupported, spec.Provider)
 	}
 	if spec.SecretRef == nil {
-		return nil, fmt.Errorf("%w: cosign keyless verification with the Sigstore public-good trusted root (no secretRef) is not supported yet; "+
-			"a Secret with a %s is", ErrUnsupported, TrustedRootKey)
+		return newPublicGood(spec, o.tuf)
 	}
 	if _, ok := secret[TrustedRootKey]; ok && !hasPublicKey(secret) {
 		return newKeyless(spec, secret[TrustedRootKey])
@@ -138,10 +154,9 @@ func hasPublicKey(secret map[string][]byte) bool {
 // signing certificate chains to one of its certificate authorities, the transparency log
 // entry verifies under one of its logs, and the certificate's identity matches one of spec's.
 func newKeyless(spec *v1.OCIRepositoryVerification, rootJSON []byte) (*Verifier, error) {
-	if len(spec.MatchOIDCIdentity) == 0 {
-		// Any identity under the public-good root is anyone with an account at an OIDC
-		// provider Fulcio trusts: no gate at all.
-		return nil, errors.New("keyless verification needs at least one matchOIDCIdentity")
+	ids, err := keylessIdentities(spec)
+	if err != nil {
+		return nil, err
 	}
 	if len(rootJSON) > maxTrustedRootBytes {
 		return nil, fmt.Errorf("%w: %q: %d bytes, more than %d", ErrKeys, TrustedRootKey, len(rootJSON), maxTrustedRootBytes)
@@ -150,18 +165,69 @@ func newKeyless(spec *v1.OCIRepositoryVerification, rootJSON []byte) (*Verifier,
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: not a Sigstore trusted root: %s", ErrKeys, TrustedRootKey, truncate(err.Error(), 200))
 	}
-	v := &Verifier{}
-	if v.keyless, err = verify.NewVerifier(tr, verify.WithTransparencyLog(1), verify.WithObserverTimestamps(1)); err != nil {
+	return keylessVerifier(spec, ids, tr, sha256.Sum256(rootJSON), false)
+}
+
+// newPublicGood returns the Verifier of keyless signatures under the trusted root that r
+// fetches through TUF, as newKeyless checks them, and, as cosign does by default, with a signed
+// certificate timestamp from one of the root's certificate transparency logs embedded in the
+// signing certificate when it lists any (the public-good root does). The identities are
+// checked first, so that a spec that cannot work costs no request.
+func newPublicGood(spec *v1.OCIRepositoryVerification, r *TUFRoot) (*Verifier, error) {
+	if r == nil {
+		return nil, fmt.Errorf("%w: cosign keyless verification without a secretRef needs the Sigstore public-good trusted root, "+
+			"which this process does not fetch; a Secret with a %s works", ErrUnsupported, TrustedRootKey)
+	}
+	ids, err := keylessIdentities(spec)
+	if err != nil {
 		return nil, err
 	}
-	id := sha256.New()
-	fmt.Fprintf(id, "cosign-keyless\n%x\n", sha256.Sum256(rootJSON))
+	tr, err := r.trusted()
+	if err != nil {
+		return nil, err
+	}
+	return keylessVerifier(spec, ids, tr.root, tr.sum, len(tr.root.CTLogs()) > 0)
+}
+
+// keylessIdentities returns the identities of spec.matchOIDCIdentity, of which there must be
+// at least one.
+func keylessIdentities(spec *v1.OCIRepositoryVerification) ([]verify.CertificateIdentity, error) {
+	if len(spec.MatchOIDCIdentity) == 0 {
+		// Any identity under the public-good root is anyone with an account at an OIDC
+		// provider Fulcio trusts: no gate at all.
+		return nil, errors.New("keyless verification needs at least one matchOIDCIdentity")
+	}
+	var ids []verify.CertificateIdentity
 	for i, m := range spec.MatchOIDCIdentity {
 		ci, err := verify.NewShortCertificateIdentity("", m.Issuer, "", m.Subject)
 		if err != nil {
 			return nil, fmt.Errorf("matchOIDCIdentity[%d]: %w", i, err)
 		}
-		v.identities = append(v.identities, ci)
+		ids = append(ids, ci)
+	}
+	return ids, nil
+}
+
+// keylessVerifier returns the keyless Verifier of ids under tr, whose bytes hash to sum: its ID
+// changes with the trusted root, so that a rotated root is asked again about every digest. sct
+// requires a signed certificate timestamp in the signing certificate.
+func keylessVerifier(spec *v1.OCIRepositoryVerification, ids []verify.CertificateIdentity, tr root.TrustedMaterial,
+	sum [sha256.Size]byte, sct bool) (*Verifier, error) {
+	v := &Verifier{identities: ids}
+	vopts := []verify.VerifierOption{verify.WithTransparencyLog(1), verify.WithObserverTimestamps(1)}
+	if sct {
+		vopts = append(vopts, verify.WithSignedCertificateTimestamps(1))
+	}
+	var err error
+	if v.keyless, err = verify.NewVerifier(tr, vopts...); err != nil {
+		return nil, err
+	}
+	id := sha256.New()
+	fmt.Fprintf(id, "cosign-keyless\n%x\n", sum)
+	if sct {
+		fmt.Fprintf(id, "sct\n")
+	}
+	for _, m := range spec.MatchOIDCIdentity {
 		fmt.Fprintf(id, "%q %q\n", m.Issuer, m.Subject)
 	}
 	v.id = hex.EncodeToString(id.Sum(nil))

@@ -42,7 +42,20 @@ func NewSigstore(t testing.TB) *Sigstore {
 // TrustedRootJSON returns the deployment's trusted root, as trusted_root.json holds it.
 func (s *Sigstore) TrustedRootJSON(t testing.TB) []byte {
 	t.Helper()
-	tr, err := root.NewTrustedRoot(root.TrustedRootMediaType01, s.vs.FulcioCertificateAuthorities(), rawLogIDs(t, s.vs.CTLogs()),
+	return s.trustedRootJSON(t, rawLogIDs(t, s.vs.CTLogs()))
+}
+
+// TrustedRootWithoutCTJSON returns the deployment's trusted root without its certificate
+// transparency log: the certificates this deployment issues carry no signed certificate
+// timestamp, which a verifier requires under a root that lists a CT log, as cosign does.
+func (s *Sigstore) TrustedRootWithoutCTJSON(t testing.TB) []byte {
+	t.Helper()
+	return s.trustedRootJSON(t, nil)
+}
+
+func (s *Sigstore) trustedRootJSON(t testing.TB, ctLogs map[string]*root.TransparencyLog) []byte {
+	t.Helper()
+	tr, err := root.NewTrustedRoot(root.TrustedRootMediaType01, s.vs.FulcioCertificateAuthorities(), ctLogs,
 		s.vs.TimestampingAuthorities(), rawLogIDs(t, s.vs.RekorLogs()))
 	if err != nil {
 		t.Fatal(err)

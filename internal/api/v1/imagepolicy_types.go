@@ -84,6 +84,8 @@ type OCIRepositoryVerification struct {
 	// Sigstore trusted root under "trusted_root.json" for keyless signatures; for Notation, the
 	// trust store's certificates (PEM, one or more per entry) under keys ending in ".crt" or
 	// ".pem", and the Notation trust policy document (version 1.0) under "trustpolicy.json".
+	// Without it, cosign keyless signatures are verified under the Sigstore public-good
+	// trusted root, fetched through TUF.
 	// +optional
 	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
 
