@@ -9,7 +9,7 @@ BENCH ?= .
 BENCHOUT ?= bench.out
 TESTFLAGS ?=
 
-.PHONY: all generate check-generated build test unit images-test faults-test fuzz bench lint deps testenv knative-env flux-cli cluster-env cluster-test run clean
+.PHONY: all generate check-generated build test unit images-test faults-test fuzz bench lint deps testenv knative-env flux-cli cosign-cli cluster-env cluster-test run clean
 
 all: build
 
@@ -52,6 +52,11 @@ knative-env:
 flux-cli:
 	./hack/flux.sh
 
+## cosign-cli: build the cosign CLI into the cache once (hack/cosign.sh), for the tests that
+## sign images with it.
+cosign-cli:
+	./hack/cosign.sh
+
 ## cluster-env: build what a single-node cluster needs beyond testenv into the cache once
 ## (hack/cluster.sh): kubelet, kube-proxy, kube-scheduler, kube-controller-manager, kubectl and
 ## a version-stamped kube-apiserver, CoreDNS, Traefik, pause, Knative Serving's and Eventing's
@@ -66,7 +71,7 @@ cluster-test: deps testenv flux-cli cluster-env
 
 ## test: everything CI checks: generated files, lint, unit and integration tests, the image
 ## build, short fuzzing.
-test: check-generated lint deps testenv knative-env flux-cli
+test: check-generated lint deps testenv knative-env flux-cli cosign-cli
 	$(GO) test -count=1 -timeout 30m $(TESTFLAGS) ./...
 	$(MAKE) images-test
 	$(MAKE) fuzz

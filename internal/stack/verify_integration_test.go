@@ -52,8 +52,8 @@ spec:
 // referrers tag schema): through the whole system, an unsigned push is skipped and reported,
 // and the signature of an image pushed before brings it to latestRef.
 //
-// The signatures are made by testenv in the formats cosign writes; an image signed by the
-// cosign CLI itself, once its build is in the test cache, goes through the same steps.
+// The signatures are made by testenv in the formats cosign writes;
+// TestVerifiedPushCosignCLIIntegration has the cosign CLI itself make them.
 func TestVerifiedPushIntegration(t *testing.T) {
 	ctx := context.Background()
 	s := start(t, stack.Options{CronEvery: time.Hour})
@@ -94,6 +94,74 @@ func TestVerifiedPushIntegration(t *testing.T) {
 	testenv.SignBundle(t, image, d110, key)
 	waitLatest(t, s, "signed", "1.1.0")
 	t.Logf("signature of 1.1.0 to latestRef: %v", time.Since(signed).Round(time.Millisecond))
+}
+
+// TestVerifiedPushCosignCLIIntegration signs images pushed into docker-registry with the real
+// cosign CLI and a key pair of `cosign generate-key-pair`, through the whole system: 1.0.0,
+// signed in the legacy .sig tag form before the ImageRepository exists, is selected by the
+// first scan; 1.1.0, pushed unsigned, is reported and latestRef kept; signed by the trusted key
+// pair in cosign's default form (a Sigstore bundle under the referrers tag schema) it becomes
+// latest; 1.2.0, signed by another key pair, is refused and latestRef stays on 1.1.0.
+//
+// Each image's first signature after its refusal is a bundle on purpose. A .sig tag pushed
+// then changes no stored tag list (the default exclusionList drops it), and neither does a
+// second signature of the same image, which rewrites the referrers tag already stored: nothing
+// evaluates the policy again until another change of its repository. The first bundle adds
+// the referrers tag, which evaluates it at once.
+func TestVerifiedPushCosignCLIIntegration(t *testing.T) {
+	ctx := context.Background()
+	cli := testenv.NewCosignCLI(t)
+	trusted, other := cli.GenerateKeyPair(t), cli.GenerateKeyPair(t)
+	s := start(t, stack.Options{CronEvery: time.Hour})
+	image := s.Registry + "/verified/app"
+
+	d100, err := stack.Push(image + ":1.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli.Sign(t, trusted, image, d100, testenv.CosignLegacySig)
+	indented := "    " + strings.ReplaceAll(strings.TrimSpace(string(trusted.PublicPEM)), "\n", "\n    ")
+	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(verifiedManifests, image, indented))); err != nil {
+		t.Fatal(err)
+	}
+	waitLatest(t, s, "signed", "1.0.0")
+
+	d110, err := stack.Push(image + ":1.1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReported(t, s, "1.1.0 (not signed)", "1.0.0")
+	signed := time.Now()
+	cli.Sign(t, trusted, image, d110, testenv.CosignBundle)
+	waitLatest(t, s, "signed", "1.1.0")
+	t.Logf("cosign sign of 1.1.0 returned to latestRef: %v", time.Since(signed).Round(time.Millisecond))
+
+	d120, err := stack.Push(image + ":1.2.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli.Sign(t, other, image, d120, testenv.CosignBundle)
+	waitReported(t, s, "1.2.0 (signed, but no signature bundle verifies with the trusted keys)", "1.1.0")
+}
+
+// waitReported waits until the policy "signed" reports why in its Ready message with latestRef
+// on the tag kept.
+func waitReported(t *testing.T, s *stack.Stack, why, kept string) {
+	t.Helper()
+	testenv.Eventually(t, 60*time.Second, func() error {
+		p, err := s.Kube.Policies.Get(context.Background(), "default", "signed")
+		if err != nil {
+			return err
+		}
+		ready := apimeta.FindStatusCondition(p.Status.Conditions, v1.ReadyCondition)
+		if ready == nil || !strings.Contains(ready.Message, why) {
+			return fmt.Errorf("%q is not reported yet: %+v", why, ready)
+		}
+		if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != kept {
+			return fmt.Errorf("latestRef %+v, want %s kept", p.Status.LatestRef, kept)
+		}
+		return nil
+	})
 }
 
 const notationManifests = `apiVersion: v1
