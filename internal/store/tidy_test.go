@@ -32,8 +32,10 @@ func TestValueLogFilesStayBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if most > maxValueLogFiles+2 {
-		t.Errorf("value-log files reached %d, want at most %d", most, maxValueLogFiles+2)
+	// A close's GC is bounded by time (tidyGCBudget), so on a loaded machine a close may reclaim
+	// a file fewer than on an idle one; without tidying, every session would leave one more.
+	if limit := maxValueLogFiles + 4; most > limit {
+		t.Errorf("value-log files reached %d, want at most %d", most, limit)
 	}
 	r := New(dir, ReadOnly())
 	defer r.Close()
