@@ -3,7 +3,7 @@
 SHELL := /usr/bin/env bash
 GO ?= go
 CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
-FUZZTIME ?= 50000x
+FUZZTIME ?= 30000x
 BENCHCOUNT ?= 6
 BENCH ?= .
 BENCHOUT ?= bench.out
