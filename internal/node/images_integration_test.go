@@ -71,9 +71,15 @@ func makeImages(t *testing.T, c *node.Cluster) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// ko is installed from the module proxy, which the node's namespace cannot reach.
+	// ko, and the modules the three programs build from, come from the module proxy, which the
+	// node's namespace cannot reach: on a fresh machine nothing else has downloaded them yet.
 	if out, err := exec.Command("make", "-C", root, "ko").CombinedOutput(); err != nil {
 		t.Fatalf("make ko: %v\n%s", err, out)
+	}
+	download := exec.Command("go", "mod", "download")
+	download.Dir = root
+	if out, err := download.CombinedOutput(); err != nil {
+		t.Fatalf("go mod download: %v\n%s", err, out)
 	}
 	out := filepath.Join(t.TempDir(), "images.yaml")
 	argv := c.NS.Wrap([]string{"make", "-C", root, "images",
