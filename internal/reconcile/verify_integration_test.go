@@ -165,14 +165,7 @@ func TestIntegrationVerifiedSelectionNoneVerifies(t *testing.T) {
 	kept := &v1.ImageRef{Name: f.reg.Image("app"), Tag: "0.9.0"}
 	f.seed(t, f.ns, "app", kept)
 
-	out := f.evaluate(t, f.ns, "app")
-	if out.Result != reconcile.PolicyFailed || !sameRef(out.Latest, kept) {
-		t.Fatalf("outcome %+v, want a failure that keeps %s", out, refString(kept))
-	}
-	p := f.get(t, f.ns, "app")
-	if !sameRef(p.Status.LatestRef, kept) {
-		t.Errorf("latestRef = %s, want %s kept", refString(p.Status.LatestRef), refString(kept))
-	}
+	p := f.evaluateKeeps(t, f.ns, "app", kept)
 	checkReady(t, p, metav1.ConditionFalse, v1.VerificationErrorReason,
 		"no signature verifies for any of the 2 best tags, so latestRef is kept: 1.1.0 (signed, but no signature verifies with the trusted keys), 1.0.0 (not signed)", false)
 	f.waitEvent(t, f.ns, "app", corev1.EventTypeWarning, v1.VerificationErrorReason, "no signature verifies")
@@ -518,18 +511,26 @@ func TestIntegrationVerifiedSelectionPublicGood(t *testing.T) {
 		kept := &v1.ImageRef{Name: f.reg.Image("app"), Tag: "0.9.0"}
 		f.seed(t, f.ns, "app", kept)
 		before := f.reg.RequestCount()
-		out := f.evaluate(t, f.ns, "app")
-		if out.Result != reconcile.PolicyFailed || !sameRef(out.Latest, kept) {
-			t.Fatalf("outcome %+v, want a failure, not Stalled, that keeps %s", out, refString(kept))
-		}
-		p := f.get(t, f.ns, "app")
-		if !sameRef(p.Status.LatestRef, kept) {
-			t.Errorf("latestRef = %s, want %s kept", refString(p.Status.LatestRef), refString(kept))
-		}
+		p := f.evaluateKeeps(t, f.ns, "app", kept)
 		checkReady(t, p, metav1.ConditionFalse, v1.VerificationErrorReason,
 			"the Sigstore trusted root could not be fetched from the TUF repository "+tuf.URL(), false)
 		if n := f.reg.RequestCount() - before; n != 0 {
 			t.Errorf("%d registry requests without a trusted root, want 0", n)
 		}
 	})
+}
+
+// evaluateKeeps evaluates the policy, which must fail (not stall) and keep latestRef at kept, in
+// its outcome and in its status, and returns the policy as evaluated.
+func (f *evalFixture) evaluateKeeps(t *testing.T, ns, name string, kept *v1.ImageRef) *v1.ImagePolicy {
+	t.Helper()
+	out := f.evaluate(t, ns, name)
+	if out.Result != reconcile.PolicyFailed || !sameRef(out.Latest, kept) {
+		t.Fatalf("outcome %+v, want a failure, not Stalled, that keeps %s", out, refString(kept))
+	}
+	p := f.get(t, ns, name)
+	if !sameRef(p.Status.LatestRef, kept) {
+		t.Errorf("latestRef = %s, want %s kept", refString(p.Status.LatestRef), refString(kept))
+	}
+	return p
 }
