@@ -113,12 +113,7 @@ func TestIntegrationVerifiedSelection(t *testing.T) {
 				strings.Replace(d100, ":", "-", 1) + ".sig", strings.Replace(d110, ":", "-", 1)}
 			f.put(t, f.ns, "app", tags...)
 
-			out := f.evaluate(t, f.ns, "app")
-			if out.Result != reconcile.PolicySucceeded || out.Latest == nil || out.Latest.Tag != "1.1.0" {
-				t.Fatalf("outcome %+v, want 1.1.0 selected", out)
-			}
-			p := f.get(t, f.ns, "app")
-			checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0; skipped newer tags", false)
+			p := f.evaluateSkips(t, f.ns, "app", "1.1.0")
 			ready := readyMessage(p)
 			for _, want := range []string{"1.5.0 (", "no signature bundle verifies", "1.4.0 (the signature is over another digest",
 				"1.3.0 (signed, but no signature verifies with the trusted keys", "1.2.0 (not signed)"} {
@@ -532,5 +527,18 @@ func (f *evalFixture) evaluateKeeps(t *testing.T, ns, name string, kept *v1.Imag
 	if !sameRef(p.Status.LatestRef, kept) {
 		t.Errorf("latestRef = %s, want %s kept", refString(p.Status.LatestRef), refString(kept))
 	}
+	return p
+}
+
+// evaluateSkips evaluates the policy, which must select tag with newer tags skipped, and returns
+// the policy as evaluated.
+func (f *evalFixture) evaluateSkips(t *testing.T, ns, name, tag string) *v1.ImagePolicy {
+	t.Helper()
+	out := f.evaluate(t, ns, name)
+	if out.Result != reconcile.PolicySucceeded || out.Latest == nil || out.Latest.Tag != tag {
+		t.Fatalf("outcome %+v, want %s selected", out, tag)
+	}
+	p := f.get(t, ns, name)
+	checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, "resolved to "+tag+"; skipped newer tags", false)
 	return p
 }
