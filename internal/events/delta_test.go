@@ -1,6 +1,7 @@
 package events
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -96,4 +97,20 @@ func FuzzDeltaVerified(f *testing.F) {
 			t.Fatalf("a signed delta does not verify: %v", err)
 		}
 	})
+}
+
+func TestAttachedDigests(t *testing.T) {
+	hex := strings.Repeat("ab", 32)
+	c := TagsChanged{Attached: []string{"sha256:" + hex, "sha256:" + strings.ToUpper(hex), "sha512:" + hex,
+		"sha256:" + hex[:63], hex, ""}}
+	if got := c.AttachedDigests(); fmt.Sprint(got) != "[sha256:"+hex+"]" {
+		t.Errorf("AttachedDigests() = %q, want only the well-formed sha256 digest", got)
+	}
+	c.Attached = nil
+	for i := range MaxAttached + 5 {
+		c.Attached = append(c.Attached, fmt.Sprintf("sha256:%064x", i))
+	}
+	if got := c.AttachedDigests(); len(got) != MaxAttached {
+		t.Errorf("AttachedDigests() kept %d of %d digests, want at most %d", len(got), len(c.Attached), MaxAttached)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
@@ -69,6 +70,43 @@ type TagsChanged struct {
 	// Delta, when set, tells how the new set was made from an earlier one: a scan that added
 	// pushed tags to a stored list says which. A full listing sends none.
 	Delta *TagsDelta `json:"delta,omitempty"`
+	// Attached names the images (manifest digests, sha256:<hex>) that pushed tags of the
+	// referrer and attachment kinds (cosign's sha256-<hex>.sig, .att, .sbom, and the OCI 1.1
+	// referrers tag schema's sha256-<hex>) refer to, whether or not the stored list holds those
+	// tags: a signature pushed after its image changes what a verifying policy may select.
+	// A trigger only: the policy function asks the registry for the signatures themselves.
+	Attached []string `json:"attached,omitempty"`
+}
+
+// MaxAttached is the most digests a TagsChanged event names in Attached.
+const MaxAttached = 16
+
+// AttachedDigests returns the digests of c.Attached in the form a scan sends them
+// (sha256:<64 lowercase hex>), at most MaxAttached, leaving out any other entry.
+func (c *TagsChanged) AttachedDigests() []string {
+	var out []string
+	for _, d := range c.Attached {
+		if len(out) == MaxAttached {
+			break
+		}
+		if hex, ok := strings.CutPrefix(d, "sha256:"); ok && isHex64(hex) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// isHex64 tells whether s is 64 lowercase hexadecimal digits.
+func isHex64(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := range len(s) {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // MaxDeltaTags is the most tags a TagsDelta carries: more than a scan adds at once when it

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -24,7 +25,8 @@ func TestSendDeliversOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Send(context.Background(), TypeTagsChanged, "apps/app", TagsChanged{Namespace: "apps", Name: "app", Revision: "r1"}); err != nil {
+	sent := TagsChanged{Namespace: "apps", Name: "app", Revision: "r1", Attached: []string{"sha256:" + strings.Repeat("a", 64)}}
+	if err := s.Send(context.Background(), TypeTagsChanged, "apps/app", sent); err != nil {
 		t.Fatal(err)
 	}
 	e := <-got
@@ -32,7 +34,7 @@ func TestSendDeliversOverHTTP(t *testing.T) {
 		t.Errorf("received %s", e)
 	}
 	var data TagsChanged
-	if err := e.DataAs(&data); err != nil || data != (TagsChanged{Namespace: "apps", Name: "app", Revision: "r1"}) {
+	if err := e.DataAs(&data); err != nil || !reflect.DeepEqual(data, sent) {
 		t.Errorf("data = %+v, %v", data, err)
 	}
 }

@@ -18,3 +18,12 @@ func IsReferrerTag(tag string) bool {
 	}
 	return len(hex) == 64 || hex[64] == '.'
 }
+
+// ReferredDigest returns the digest of the manifest that a referrer or attachment tag
+// (IsReferrerTag) refers to, as sha256:<hex>, and false for any other tag.
+func ReferredDigest(tag string) (string, bool) {
+	if !IsReferrerTag(tag) {
+		return "", false
+	}
+	return "sha256:" + tag[len("sha256-"):len("sha256-")+64], true
+}

@@ -39,6 +39,20 @@ func TestIsReferrerTag(t *testing.T) {
 	}
 }
 
+func TestReferredDigest(t *testing.T) {
+	for _, tag := range referrerTags {
+		hex := tag[len("sha256-") : len("sha256-")+64]
+		if got, ok := ReferredDigest(tag); !ok || got != "sha256:"+hex {
+			t.Errorf("ReferredDigest(%q) = %q, %v; want sha256:%s", tag, got, ok, hex)
+		}
+	}
+	for _, tag := range []string{"v1.2.3", "sha256-" + hex64 + "-amd64", "sha256-" + hex64[:63]} {
+		if got, ok := ReferredDigest(tag); ok {
+			t.Errorf("ReferredDigest(%q) = %q, true", tag, got)
+		}
+	}
+}
+
 // TestReferrerTagsNeverLatest puts the referrer tags beside images under every policy kind,
 // each arranged so that a referrer tag would win if it were a candidate.
 func TestReferrerTagsNeverLatest(t *testing.T) {

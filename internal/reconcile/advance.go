@@ -18,11 +18,16 @@ import (
 // EvaluateRepository does. When c carries a delta signed with the store's key, a policy whose
 // last evaluation read exactly the revision the delta starts from is advanced from its own
 // status and the delta (Advance) without reading the tag store; every other policy is evaluated
-// from the store.
+// from the store. The images c names as Attached lose their remembered refusals, so that a
+// policy that skipped one of them (which unchanged never finds unchanged) asks again.
 func (e *Evaluator) EvaluateChange(ctx context.Context, c events.TagsChanged) ([]PolicyOutcome, error) {
 	w := e.newPolicyWorld(ctx)
 	if c.Delta != nil {
 		w.delta = e.verifiedDelta(ctx, c)
+	}
+	if ds := c.AttachedDigests(); len(ds) > 0 {
+		// A refusal of these images may be out of date: their verdicts are asked again.
+		e.memo.forgetRefused(ds)
 	}
 	return e.evaluateRepository(ctx, w, c.Namespace, c.Name)
 }

@@ -34,6 +34,8 @@ type sink struct {
 	mu   sync.Mutex
 	got  []events.ObjectRef
 	when []time.Time
+	// changed are the TagsChanged events among them.
+	changed []events.TagsChanged
 }
 
 func newSink(t *testing.T) *sink {
@@ -45,6 +47,14 @@ func newSink(t *testing.T) *sink {
 			return err
 		}
 		s.mu.Lock()
+		if e.Type() == events.TypeTagsChanged {
+			var c events.TagsChanged
+			if err := events.Decode(e, &c); err != nil {
+				s.mu.Unlock()
+				return err
+			}
+			s.changed = append(s.changed, c)
+		}
 		s.got = append(s.got, ref)
 		s.when = append(s.when, time.Now())
 		s.mu.Unlock()
@@ -61,6 +71,17 @@ func (s *sink) sender(t *testing.T) *events.Sender {
 		t.Fatal(err)
 	}
 	return snd
+}
+
+// lastChanged returns the last TagsChanged event the sink received.
+func (s *sink) lastChanged(t *testing.T) events.TagsChanged {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.changed) == 0 {
+		t.Fatal("no TagsChanged event received")
+	}
+	return s.changed[len(s.changed)-1]
 }
 
 // names returns the "name: reason" of what the sink received from namespace ns, sorted.

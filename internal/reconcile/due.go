@@ -35,6 +35,7 @@ const (
 	DueNotStored         = "scanned, but its tags are not stored"
 	DueStoreBack         = "the tag store failed its last scan and works again"
 	DueStoreDamaged      = "a policy found its stored tags damaged"
+	DueUnverified        = "skipped newer tags whose signatures did not verify"
 )
 
 // pushRequestSuffix marks the reconcile requests that the scan function's receiver sets for a
@@ -136,6 +137,11 @@ func PolicyDue(pol *v1.ImagePolicy, repoRevision string, w Window) string {
 	}
 	if interval := pol.GetInterval(); interval > 0 && crossed(w, interval, offset(pol.Namespace, pol.Name)) {
 		return DueDigestRefresh
+	}
+	if skippedUnverified(st.Conditions) && crossed(w, policyRetryPeriod, offset(pol.Namespace, pol.Name)) {
+		// A signature pushed since may not have been announced: a registry with the referrers
+		// API takes one without a tag, and most registries send no notification of that.
+		return DueUnverified
 	}
 	if ready == nil || ready.Status != metav1.ConditionTrue {
 		if apimeta.IsStatusConditionTrue(st.Conditions, v1.StalledCondition) {

@@ -213,6 +213,16 @@ func TestPolicyDue(t *testing.T) {
 	if n := count(notReady, DueRetry); n != 30 {
 		t.Errorf("not Ready: %d retries an hour, want 30", n)
 	}
+	skipped := policy(func(p *v1.ImagePolicy) {
+		p.Status.Conditions[0].Message = "Latest image tag for ghcr.io/org/app resolved to 1.0.0; " +
+			skippedNote + "1.1.0 (not signed)"
+	})
+	if n := count(skipped, DueUnverified); n != 30 {
+		t.Errorf("skipped unsigned tags: %d evaluations an hour, want 30", n)
+	}
+	if n := count(policy(), DueUnverified); n != 0 {
+		t.Errorf("nothing skipped: %d evaluations an hour for unverified tags", n)
+	}
 }
 
 func TestOffsetsSpreadObjects(t *testing.T) {

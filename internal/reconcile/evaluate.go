@@ -312,7 +312,7 @@ func (e *Evaluator) evaluateVerified(ctx context.Context, pol *v1.ImagePolicy, t
 	latest.Digest = verifiedDigest(pol, latest, digest)
 	note := ""
 	if len(skipped) > 0 {
-		note = "skipped newer tags whose signature does not verify: " + describeSkipped(skipped)
+		note = skippedNote + describeSkipped(skipped)
 	}
 	return e.succeed(ctx, pol, token, latest, inputs, note)
 }
@@ -478,13 +478,14 @@ func (e *Evaluator) status() statusWriter[*v1.ImagePolicy] {
 
 // unchanged tells whether pol was last evaluated successfully, by this process, from the same
 // inputs, and its status still shows that result, including the tag revision it was evaluated
-// against. A policy that reflects digests Always is never
-// unchanged: the registry may have moved its tag.
+// against. A policy that reflects digests Always is never unchanged: the registry may have moved
+// its tag. Nor is one that skipped better tags whose signatures did not verify: they may have
+// been signed since.
 func (e *Evaluator) unchanged(pol *v1.ImagePolicy, in policyInputs) bool {
 	st := &pol.Status
 	if pol.GetDigestReflectionPolicy() == v1.ReflectAlways || st.LatestRef == nil ||
 		st.ObservedGeneration != pol.Generation || st.LastHandledReconcileAt != in.request && in.request != "" ||
-		!apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition) {
+		!apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition) || skippedUnverified(st.Conditions) {
 		return false
 	}
 	if ev := apimeta.FindStatusCondition(st.Conditions, v1.TagsEvaluatedCondition); ev == nil || ev.Message != in.revision {

@@ -3,8 +3,10 @@ package reconcile
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/registry"
 )
 
@@ -64,5 +66,26 @@ func TestMergedHintsKeepTheLatestTags(t *testing.T) {
 	}
 	if len(h.Tags) != MaxHintTags || h.More != 10 || !slices.Equal(h.Tags, all[10:]) || h.pushed() != MaxHintTags+10 {
 		t.Errorf("kept %d tags from %s, %d more", len(h.Tags), h.Tags[0], h.More)
+	}
+}
+
+func TestAttachedDigests(t *testing.T) {
+	a, b := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	hint := &Hint{Tags: []string{"1.0.0", "sha256-" + b + ".sig", "sha256-" + a, "sha256-" + a + ".att",
+		"sha256-" + b[:63], "main-" + a}}
+	if got := attachedDigests(hint); fmt.Sprint(got) != "[sha256:"+a+" sha256:"+b+"]" {
+		t.Errorf("attachedDigests() = %q", got)
+	}
+	if got := attachedDigests(nil); got != nil {
+		t.Errorf("attachedDigests(nil) = %q", got)
+	}
+	many := &Hint{}
+	for i := range 40 {
+		many.Tags = append(many.Tags, fmt.Sprintf("sha256-%064x.sig", i))
+	}
+	got := attachedDigests(many)
+	if len(got) != events.MaxAttached || !slices.Contains(got, fmt.Sprintf("sha256:%064x", 39)) ||
+		slices.Contains(got, fmt.Sprintf("sha256:%064x", 0)) {
+		t.Errorf("attachedDigests() of 40 signatures = %q; want the latest %d", got, events.MaxAttached)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/metrics"
+	"github.com/imagereflector/reflector/internal/policy"
 	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
@@ -60,6 +61,9 @@ type ScanOutcome struct {
 	// InvalidTags counts the tags, listed or pushed, that the scan left out because the tag
 	// grammar does not allow them.
 	InvalidTags int `json:"invalidTags,omitempty"`
+	// Attached counts the images that pushed signature, attestation or referrer tags refer to,
+	// which the scan announced (stored.attached).
+	Attached int `json:"attached,omitempty"`
 	// Finalized tells that the scan removed Flux's finalizer from a repository being deleted.
 	Finalized bool `json:"finalized,omitempty"`
 }
@@ -496,6 +500,9 @@ func (s *Scanner) logScan(ctx context.Context, namespace, name string, took time
 		if out.InvalidTags > 0 {
 			attrs = append(attrs, "invalid_tags", out.InvalidTags)
 		}
+		if out.Attached > 0 {
+			attrs = append(attrs, "attached", out.Attached)
+		}
 	}
 	if out.Failure != "" {
 		attrs = append(attrs, "failure", out.Failure, "stalled", out.Stalled)
@@ -586,6 +593,9 @@ type stored struct {
 	digests map[string]string
 	// invalid counts the pushed and listed tags left out for the tag grammar.
 	invalid registry.InvalidTags
+	// attached are the digests that the pushed referrer and attachment tags refer to
+	// (attachedDigests).
+	attached []string
 }
 
 // outcome is the ScanOutcome of a scan that stored res, for repo as read.
@@ -598,7 +608,7 @@ func (res stored) outcome(repo *v1.ImageRepository) ScanOutcome {
 	// the revision the status shows: they are waiting for it.
 	out := ScanOutcome{Incremental: res.listing == "", Listing: res.listing, Revision: res.entry.Revision,
 		TagCount: len(res.entry.Tags), Changed: res.entry.Revision != prev || res.written,
-		InvalidTags: res.invalid.Count}
+		InvalidTags: res.invalid.Count, Attached: len(res.attached)}
 	return out
 }
 
@@ -618,12 +628,20 @@ func (f storeError) Unwrap() error { return f.err }
 
 // storeTags brings the stored tags of repo up to date: with a hint whose pushed tags can be
 // confirmed one by one for fewer requests than a listing, it confirms and adds them (the
-// incremental path); otherwise it lists every tag and replaces the stored list.
+// incremental path); otherwise it lists every tag and replaces the stored list. Either way the
+// result names the images that pushed referrer and attachment tags refer to (attachedDigests).
 func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.ImageRepository, id store.Identity, hint *Hint) (stored, error) {
 	key := StoreKey(repo.Namespace, repo.Name)
 	// invalid counts the pushed and listed tags left out for the tag grammar.
 	var invalid registry.InvalidTags
 	hint = validHint(hint, &invalid)
+	res, err := s.storeHinted(ctx, sc, repo, id, key, hint, invalid)
+	res.attached = attachedDigests(hint)
+	return res, err
+}
+
+// storeHinted is storeTags with hint valid and invalid counting the pushed tags it left out.
+func (s *Scanner) storeHinted(ctx context.Context, sc *registry.Scan, repo *v1.ImageRepository, id store.Identity, key string, hint *Hint, invalid registry.InvalidTags) (stored, error) {
 	incremental := hint != nil && len(hint.Tags) > 0 && s.specScanned(repo, id.Image)
 	listing := ListingRequested
 	if incremental {
@@ -675,10 +693,11 @@ func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.Ima
 // policy function can apply it without opening the store. The returned function waits for the
 // delivery.
 func (s *Scanner) announce(ctx context.Context, repo *v1.ImageRepository, id store.Identity, res stored, changed bool) (wait func()) {
-	if !changed || s.Sink == nil {
+	if !changed && len(res.attached) == 0 || s.Sink == nil {
 		return func() {}
 	}
-	data := events.TagsChanged{Namespace: repo.Namespace, Name: repo.Name, Revision: res.entry.Revision}
+	data := events.TagsChanged{Namespace: repo.Namespace, Name: repo.Name, Revision: res.entry.Revision,
+		Attached: res.attached}
 	if d := res.delta(id); d != nil {
 		data.Delta = d
 		if key, err := s.Store.ProofKey(false); err != nil || data.Sign(key) != nil {
@@ -700,6 +719,27 @@ func (s *Scanner) announce(ctx context.Context, repo *v1.ImageRepository, id sto
 		}
 	})
 	return announced.Wait
+}
+
+// attachedDigests returns the digests that the referrer and attachment tags among the pushed
+// tags of hint refer to (policy.ReferredDigest), sorted, at most events.MaxAttached of the
+// latest pushed. The exclusion list and the stored list do not matter: Flux's default
+// exclusionList drops cosign's .sig tags, and a second referrer of an image on a registry
+// without the referrers API rewrites the referrers tag already stored, yet either may be the
+// signature that a verifying policy waits for. The tags are not confirmed: the event is a
+// trigger for the policy function, which asks the registry for the signatures themselves.
+func attachedDigests(hint *Hint) []string {
+	if hint == nil {
+		return nil
+	}
+	var out []string
+	for i := len(hint.Tags) - 1; i >= 0 && len(out) < events.MaxAttached; i-- {
+		if d, ok := policy.ReferredDigest(hint.Tags[i]); ok && !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // announceDeleted tells the policies of a repository whose entry a scan removed, because the

@@ -165,6 +165,46 @@ func TestScanIntegrationFullThenIncremental(t *testing.T) {
 	}
 }
 
+// TestScanIntegrationSignaturePushIsAnnounced pushes signatures of an image after it was
+// scanned, as cosign does in its legacy .sig tag, which the default exclusion list drops, and
+// again as a second referrer that rewrites the referrers tag schema's tag already stored: neither
+// changes the stored list, and the scan of each push names the signed image in its TagsChanged
+// event all the same, so that a policy that refused it verifies it again.
+func TestScanIntegrationSignaturePushIsAnnounced(t *testing.T) {
+	f := newScanFixture(t)
+	ctx := context.Background()
+	d := f.reg.Push(t, "app", "1.0.0")
+	schema := strings.Replace(d, ":", "-", 1)
+	f.reg.Push(t, "app", schema)
+	f.createRepo(t, "app")
+	if _, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tag := range []string{schema + ".sig", schema} {
+		f.reg.Push(t, "app", tag)
+		out, err := f.scanner.Scan(ctx, f.ns, "app", &reconcile.Hint{Tags: []string{tag}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !out.Incremental || out.Changed || out.TagCount != 2 || out.Attached != 1 {
+			t.Errorf("scan of the push of %s: %+v", tag, out)
+		}
+		last := f.sink.lastChanged(t)
+		if last.Name != "app" || fmt.Sprint(last.Attached) != "["+d+"]" || last.Delta != nil {
+			t.Errorf("after the push of %s, TagsChanged %+v; want one naming %s and no delta", tag, last, d)
+		}
+	}
+
+	// A push of an image names nothing.
+	f.reg.Push(t, "app", "1.1.0")
+	if _, err := f.scanner.Scan(ctx, f.ns, "app", &reconcile.Hint{Tags: []string{"1.1.0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if last := f.sink.lastChanged(t); last.Attached != nil || last.Delta == nil {
+		t.Errorf("after the push of 1.1.0, TagsChanged %+v; want its delta and no image named", last)
+	}
+}
+
 func TestScanIntegrationFailuresKeepWhatWasStored(t *testing.T) {
 	f := newScanFixture(t)
 	ctx := context.Background()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/policy"
@@ -104,6 +107,17 @@ func (m *verifyMemo) verdict(k memoVerdict, now time.Time) (verdict, bool) {
 	return v, ok
 }
 
+// forgetRefused forgets the verdicts that digests carry no valid signature, under any verifier.
+func (m *verifyMemo) forgetRefused(digests []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, v := range m.verdicts {
+		if !v.ok && slices.Contains(digests, k.digest) {
+			delete(m.verdicts, k)
+		}
+	}
+}
+
 func (m *verifyMemo) putVerdict(k memoVerdict, v verdict) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -115,6 +129,18 @@ func (m *verifyMemo) putVerdict(k memoVerdict, v verdict) {
 
 // skippedTag is a candidate better than the one selected whose signature did not verify.
 type skippedTag struct{ tag, reason string }
+
+// skippedNote starts the note of a Ready message that names the better tags an evaluation
+// skipped (describeSkipped).
+const skippedNote = "skipped newer tags whose signature does not verify: "
+
+// skippedUnverified tells whether the Ready condition of conds is True and names tags that the
+// evaluation skipped because their signatures did not verify: they may be signed later, so the
+// policy is evaluated again (PolicyDue's DueUnverified, and unchanged never holds).
+func skippedUnverified(conds []metav1.Condition) bool {
+	ready := apimeta.FindStatusCondition(conds, v1.ReadyCondition)
+	return ready != nil && ready.Status == metav1.ConditionTrue && strings.Contains(ready.Message, skippedNote)
+}
 
 func describeSkipped(skipped []skippedTag) string {
 	parts := make([]string, len(skipped))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
@@ -311,6 +312,65 @@ func TestIntegrationVerifiedSelectionSignedAfterPush(t *testing.T) {
 	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" {
 		t.Fatalf("outcome %+v, want 1.1.0 once its signature is listed", out)
 	}
+}
+
+// TestIntegrationVerifiedSelectionSignatureAnnounced signs refused images in the two ways that
+// change no stored tag list: cosign's legacy .sig tag, which Flux's default exclusion list
+// drops, and a second signature that rewrites the referrers tag schema's tag already stored.
+// An evaluation without news keeps the refusal it remembers, at no registry request; the
+// TagsChanged event of the scan that saw the signature's push names the image (Attached), and
+// the evaluation it makes verifies that image again at once.
+func TestIntegrationVerifiedSelectionSignatureAnnounced(t *testing.T) {
+	ctx := context.Background()
+	f := newVerifyFixture(t)
+	f.reg.SignLegacy(t, "app", f.reg.Push(t, "app", "1.0.0"), f.trusted)
+	d110 := f.reg.Push(t, "app", "1.1.0")
+	f.verifiedPolicy(t, "app", "cosign-keys")
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
+		t.Fatalf("outcome %+v, want 1.0.0 while 1.1.0 is unsigned", out)
+	}
+	announced := func(digest, want string) {
+		t.Helper()
+		rev := f.revision(t, "app")
+		outs, err := f.ev.EvaluateChange(ctx, events.TagsChanged{Namespace: f.ns, Name: "app", Revision: rev,
+			Attached: []string{digest}})
+		if err != nil || len(outs) != 1 || outs[0].Latest == nil || outs[0].Latest.Tag != want {
+			t.Fatalf("EvaluateChange(attached %s) = %+v, %v; want %s", digest, outs, err, want)
+		}
+	}
+
+	f.reg.SignLegacy(t, "app", d110, f.trusted)
+	before := f.reg.RequestCount()
+	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
+		t.Fatalf("outcome %+v, want 1.0.0 while the refusal of 1.1.0 is remembered", out)
+	}
+	if n := f.reg.RequestCount() - before; n != 0 {
+		t.Errorf("an evaluation of an unchanged repository made %d registry requests, want 0", n)
+	}
+	announced(d110, "1.1.0")
+
+	d120 := f.reg.Push(t, "app", "1.2.0")
+	f.reg.SignBundle(t, "app", d120, f.other)
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0", "1.2.0", strings.Replace(d120, ":", "-", 1))
+	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" {
+		t.Fatalf("outcome %+v, want 1.1.0 while 1.2.0 is signed by another key only", out)
+	}
+	f.reg.SignBundle(t, "app", d120, f.trusted)
+	announced(d120, "1.2.0")
+	if p := f.get(t, f.ns, "app"); strings.Contains(readyMessage(p), "skipped") {
+		t.Errorf("Ready message %q still names a skipped tag", readyMessage(p))
+	}
+}
+
+// revision returns the tag revision that policy name was last evaluated against.
+func (f *verifyFixture) revision(t *testing.T, name string) string {
+	t.Helper()
+	c := apimeta.FindStatusCondition(f.get(t, f.ns, name).Status.Conditions, v1.TagsEvaluatedCondition)
+	if c == nil {
+		t.Fatalf("policy %s has no %s condition", name, v1.TagsEvaluatedCondition)
+	}
+	return c.Message
 }
 
 // TestIntegrationVerifiedDigestIsReflected checks that latestRef.digest, where the policy

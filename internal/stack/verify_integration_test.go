@@ -97,17 +97,14 @@ func TestVerifiedPushIntegration(t *testing.T) {
 }
 
 // TestVerifiedPushCosignCLIIntegration signs images pushed into docker-registry with the real
-// cosign CLI and a key pair of `cosign generate-key-pair`, through the whole system: 1.0.0,
+// cosign CLI and key pairs of `cosign generate-key-pair`, through the whole system: 1.0.0,
 // signed in the legacy .sig tag form before the ImageRepository exists, is selected by the
-// first scan; 1.1.0, pushed unsigned, is reported and latestRef kept; signed by the trusted key
-// pair in cosign's default form (a Sigstore bundle under the referrers tag schema) it becomes
-// latest; 1.2.0, signed by another key pair, is refused and latestRef stays on 1.1.0.
-//
-// Each image's first signature after its refusal is a bundle on purpose. A .sig tag pushed
-// then changes no stored tag list (the default exclusionList drops it), and neither does a
-// second signature of the same image, which rewrites the referrers tag already stored: nothing
-// evaluates the policy again until another change of its repository. The first bundle adds
-// the referrers tag, which evaluates it at once.
+// first scan; 1.1.0, pushed unsigned, is reported and latestRef kept, and its signature in the
+// legacy form, whose tag the default exclusionList drops, brings it to latestRef; 1.2.0, signed
+// by another key pair in cosign's default form (a Sigstore bundle under the referrers tag
+// schema), is refused and latestRef stays on 1.1.0, until its second signature, by the trusted
+// key pair, rewrites the referrers tag and brings it to latestRef. Neither signature that
+// follows a refusal changes the stored tag list: the scan of its push names the signed image.
 func TestVerifiedPushCosignCLIIntegration(t *testing.T) {
 	ctx := context.Background()
 	cli := testenv.NewCosignCLI(t)
@@ -132,9 +129,9 @@ func TestVerifiedPushCosignCLIIntegration(t *testing.T) {
 	}
 	waitReported(t, s, "1.1.0 (not signed)", "1.0.0")
 	signed := time.Now()
-	cli.Sign(t, trusted, image, d110, testenv.CosignBundle)
+	cli.Sign(t, trusted, image, d110, testenv.CosignLegacySig)
 	waitLatest(t, s, "signed", "1.1.0")
-	t.Logf("cosign sign of 1.1.0 returned to latestRef: %v", time.Since(signed).Round(time.Millisecond))
+	t.Logf("cosign sign (legacy .sig) of 1.1.0 returned to latestRef: %v", time.Since(signed).Round(time.Millisecond))
 
 	d120, err := stack.Push(image + ":1.2.0")
 	if err != nil {
@@ -142,6 +139,10 @@ func TestVerifiedPushCosignCLIIntegration(t *testing.T) {
 	}
 	cli.Sign(t, other, image, d120, testenv.CosignBundle)
 	waitReported(t, s, "1.2.0 (signed, but no signature bundle verifies with the trusted keys)", "1.1.0")
+	signed = time.Now()
+	cli.Sign(t, trusted, image, d120, testenv.CosignBundle)
+	waitLatest(t, s, "signed", "1.2.0")
+	t.Logf("second cosign sign (bundle) of 1.2.0 returned to latestRef: %v", time.Since(signed).Round(time.Millisecond))
 }
 
 // waitReported waits until the policy "signed" reports why in its Ready message with latestRef
