@@ -295,10 +295,10 @@ func TestIntegrationVerifiedPushChecksOnlyThePushedTag(t *testing.T) {
 	}
 }
 
-// TestIntegrationVerifiedSelectionSignedAfterPush signs an image after its push was evaluated,
-// on a registry without the referrers API: the referrers tag schema's new tag, once listed, has
-// the signature looked at again at once, without waiting for the refusal to be forgotten.
-func TestIntegrationVerifiedSelectionSignedAfterPush(t *testing.T) {
+// newUnsignedPushFixture returns a verifyFixture whose policy "app" selected 1.0.0, signed,
+// skipping 1.1.0, pushed unsigned, and the digest of 1.1.0.
+func newUnsignedPushFixture(t *testing.T) (*verifyFixture, string) {
+	t.Helper()
 	f := newVerifyFixture(t)
 	f.reg.SignLegacy(t, "app", f.reg.Push(t, "app", "1.0.0"), f.trusted)
 	d110 := f.reg.Push(t, "app", "1.1.0")
@@ -307,6 +307,14 @@ func TestIntegrationVerifiedSelectionSignedAfterPush(t *testing.T) {
 	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
 		t.Fatalf("outcome %+v, want 1.0.0 while 1.1.0 is unsigned", out)
 	}
+	return f, d110
+}
+
+// TestIntegrationVerifiedSelectionSignedAfterPush signs an image after its push was evaluated,
+// on a registry without the referrers API: the referrers tag schema's new tag, once listed, has
+// the signature looked at again at once, without waiting for the refusal to be forgotten.
+func TestIntegrationVerifiedSelectionSignedAfterPush(t *testing.T) {
+	f, d110 := newUnsignedPushFixture(t)
 	f.reg.SignBundle(t, "app", d110, f.trusted)
 	f.put(t, f.ns, "app", "1.0.0", "1.1.0", strings.Replace(d110, ":", "-", 1))
 	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" {
@@ -322,14 +330,7 @@ func TestIntegrationVerifiedSelectionSignedAfterPush(t *testing.T) {
 // the evaluation it makes verifies that image again at once.
 func TestIntegrationVerifiedSelectionSignatureAnnounced(t *testing.T) {
 	ctx := context.Background()
-	f := newVerifyFixture(t)
-	f.reg.SignLegacy(t, "app", f.reg.Push(t, "app", "1.0.0"), f.trusted)
-	d110 := f.reg.Push(t, "app", "1.1.0")
-	f.verifiedPolicy(t, "app", "cosign-keys")
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
-	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
-		t.Fatalf("outcome %+v, want 1.0.0 while 1.1.0 is unsigned", out)
-	}
+	f, d110 := newUnsignedPushFixture(t)
 	announced := func(digest, want string) {
 		t.Helper()
 		rev := f.revision(t, "app")

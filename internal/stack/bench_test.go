@@ -218,14 +218,17 @@ func (pb *pushBench) run(b *testing.B) {
 		}
 		b.ReportMetric(float64(hwm)/1024, c+"_peak_MiB")
 	}
-	report := func(name string, d []time.Duration) {
-		slices.Sort(d)
-		b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, name+"_p50_ms")
-		b.ReportMetric(float64(d[(len(d)*99)/100].Microseconds())/1000, name+"_p99_ms")
-	}
-	report("registry", viaRegistry)
-	report("webhook", viaWebhook)
+	reportPercentiles(b, "registry", viaRegistry)
+	reportPercentiles(b, "webhook", viaWebhook)
 	reportSteps(b, s, traces)
+}
+
+// reportPercentiles reports the median and the 99th percentile of d, in milliseconds, as
+// <name>_p50_ms and <name>_p99_ms. It sorts d.
+func reportPercentiles(b *testing.B, name string, d []time.Duration) {
+	slices.Sort(d)
+	b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, name+"_p50_ms")
+	b.ReportMetric(float64(d[(len(d)*99)/100].Microseconds())/1000, name+"_p99_ms")
 }
 
 // pushTrace is one push of the webhook path: when its webhook was sent, how long its answer and

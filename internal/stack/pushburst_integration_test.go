@@ -86,14 +86,7 @@ type burstOutcome struct {
 // proxy on 127.0.0.1 that counts the requests reflector makes (those with its User-Agent).
 func pushBurst(tb testing.TB) burstOutcome {
 	ctx := context.Background()
-	// Each notification carries one push; the receiver's default limit of 10 deliveries a
-	// second would refuse most of them and leave docker-registry retrying for minutes.
-	s := start(tb, stack.Options{CronEvery: time.Hour, NotifyBackoff: 200 * time.Millisecond,
-		Env: map[string][]string{stack.Scan: {"REFLECTOR_WEBHOOK_RATE=1000000", "REFLECTOR_WEBHOOK_BURST=1000"}}})
-	counter := newRequestCounter(s.Registry)
-	srv := httptest.NewServer(counter)
-	tb.Cleanup(srv.Close)
-	host := strings.TrimPrefix(srv.URL, "http://")
+	s, counter, host := startCounted(tb)
 	image := host + "/ci/app"
 	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(pushBurstManifests, image))); err != nil {
 		tb.Fatal(err)
@@ -241,6 +234,23 @@ func BenchmarkPushBurst(b *testing.B) {
 	for _, k := range []string{"ping", "head", "list", "other"} {
 		b.ReportMetric(float64(total[k])/n, k+"_req/burst")
 	}
+}
+
+// startCounted starts a stack for a stream of docker-registry notifications, and a proxy on
+// 127.0.0.1 in front of its docker-registry that counts reflector's requests: the registry's
+// host for images is the proxy's, returned as host. Each notification carries one push; the
+// receiver's default limit of 10 deliveries a second would refuse most of them and leave
+// docker-registry retrying for minutes, so it is lifted. scanEnv is added to the scan
+// function's environment.
+func startCounted(tb testing.TB, scanEnv ...string) (s *stack.Stack, counter *requestCounter, host string) {
+	tb.Helper()
+	env := append([]string{"REFLECTOR_WEBHOOK_RATE=1000000", "REFLECTOR_WEBHOOK_BURST=1000"}, scanEnv...)
+	s = start(tb, stack.Options{CronEvery: time.Hour, NotifyBackoff: 200 * time.Millisecond,
+		Env: map[string][]string{stack.Scan: env}})
+	counter = newRequestCounter(s.Registry)
+	srv := httptest.NewServer(counter)
+	tb.Cleanup(srv.Close)
+	return s, counter, strings.TrimPrefix(srv.URL, "http://")
 }
 
 // requestCounter forwards to a registry and counts the requests that carry reflector's

@@ -62,13 +62,8 @@ func BenchmarkReconcileRequest(b *testing.B) {
 		}))
 	}
 	b.StopTimer()
-	report := func(name string, d []time.Duration) {
-		slices.Sort(d)
-		b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, name+"_p50_ms")
-		b.ReportMetric(float64(d[(len(d)*99)/100].Microseconds())/1000, name+"_p99_ms")
-	}
-	report("repository", repo)
-	report("policy", pol)
+	reportPercentiles(b, "repository", repo)
+	reportPercentiles(b, "policy", pol)
 }
 
 // BenchmarkFluxReconcile measures the wall time of `flux reconcile image repository` and

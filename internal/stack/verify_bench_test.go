@@ -3,8 +3,6 @@ package stack_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,12 +63,8 @@ type verifyBench struct {
 
 func newVerifyBench(b *testing.B, form string) *verifyBench {
 	ctx := context.Background()
-	s := start(b, stack.Options{CronEvery: time.Hour, NotifyBackoff: 200 * time.Millisecond,
-		Env: map[string][]string{stack.Scan: {"REFLECTOR_WEBHOOK_RATE=1000000", "REFLECTOR_WEBHOOK_BURST=1000"}}})
-	counter := newRequestCounter(s.Registry)
-	srv := httptest.NewServer(counter)
-	b.Cleanup(srv.Close)
-	vb := &verifyBench{s: s, counter: counter, image: strings.TrimPrefix(srv.URL, "http://") + "/bench/signed",
+	s, counter, host := startCounted(b)
+	vb := &verifyBench{s: s, counter: counter, image: host + "/bench/signed",
 		key: testenv.NewCosignKey(b), form: form}
 	// As many tags as BenchmarkPushToLatest's smaller repository, the seed selected by neither
 	// policy.
@@ -165,11 +159,6 @@ func (vb *verifyBench) run(b *testing.B) {
 		total += n
 	}
 	b.ReportMetric(float64(total)/float64(b.N), "registry_requests/push")
-	report := func(name string, d []time.Duration) {
-		slices.Sort(d)
-		b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, name+"_p50_ms")
-		b.ReportMetric(float64(d[(len(d)*99)/100].Microseconds())/1000, name+"_p99_ms")
-	}
-	report("signed", signed)
-	report("plain", plain)
+	reportPercentiles(b, "signed", signed)
+	reportPercentiles(b, "plain", plain)
 }

@@ -3,7 +3,6 @@ package stack_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
@@ -112,20 +111,16 @@ func (wb *waveBench) push(ctx context.Context, ref string, img v1.Image) error {
 // (REFLECTOR_REGISTRY_RATE; empty for the default).
 func newWaveBench(b *testing.B, rate string) *waveBench {
 	ctx := context.Background()
-	env := []string{"REFLECTOR_WEBHOOK_RATE=1000000", "REFLECTOR_WEBHOOK_BURST=1000"}
+	var env []string
 	if rate != "" {
 		env = append(env, "REFLECTOR_REGISTRY_RATE="+rate)
 	}
-	s := start(b, stack.Options{CronEvery: time.Hour, NotifyBackoff: 200 * time.Millisecond,
-		Env: map[string][]string{stack.Scan: env}})
-	counter := newRequestCounter(s.Registry)
-	srv := httptest.NewServer(counter)
-	b.Cleanup(srv.Close)
+	s, counter, host := startCounted(b, env...)
 	pusher, err := remote.NewPusher()
 	if err != nil {
 		b.Fatal(err)
 	}
-	wb := &waveBench{s: s, counter: counter, host: strings.TrimPrefix(srv.URL, "http://"), pusher: pusher}
+	wb := &waveBench{s: s, counter: counter, host: host, pusher: pusher}
 	seed, err := random.Image(256, 1)
 	if err != nil {
 		b.Fatal(err)
