@@ -112,8 +112,9 @@ func Advance(sel *policy.Selector, reflect v1.ReflectionPolicy, latest v1.ImageR
 }
 
 // advance writes the outcome of d for pol, when pol may be advanced by it; ok is false when the
-// store must be read instead.
-func (e *Evaluator) advance(ctx context.Context, w *policyWorld, pol *v1.ImagePolicy, token string, repo *v1.ImageRepository, id store.Identity, sel *policy.Selector) (out PolicyOutcome, ok bool, err error) {
+// store must be read instead. iv, when not nil, is the verifier of pol's spec.verify: the added
+// tags that would become latest are verified first (advanceVerified).
+func (e *Evaluator) advance(ctx context.Context, w *policyWorld, pol *v1.ImagePolicy, token string, repo *v1.ImageRepository, id store.Identity, sel *policy.Selector, iv ImageVerifier) (out PolicyOutcome, ok bool, err error) {
 	d := w.delta
 	if d == nil || d.id != id {
 		return PolicyOutcome{}, false, nil
@@ -133,14 +134,24 @@ func (e *Evaluator) advance(ctx context.Context, w *policyWorld, pol *v1.ImagePo
 		}
 		pol = fresh
 	}
-	latest, ok := Advance(sel, pol.GetDigestReflectionPolicy(), *pol.Status.LatestRef, d.tags, d.digests)
-	if !ok {
+	inputs := policyInputs{uid: string(pol.UID), generation: pol.Generation, request: token,
+		revision: d.to, image: repo.Spec.Image}
+	var latest v1.ImageRef
+	note := ""
+	if iv != nil {
+		var skipped []skippedTag
+		if latest, skipped, ok = e.advanceVerified(ctx, pol, repo, StoreKey(repo.Namespace, repo.Name), d, sel, iv); !ok {
+			return PolicyOutcome{}, false, nil
+		}
+		if len(skipped) > 0 {
+			note = skippedNote + describeSkipped(skipped)
+		}
+		inputs.verifier = iv.ID()
+	} else if latest, ok = Advance(sel, pol.GetDigestReflectionPolicy(), *pol.Status.LatestRef, d.tags, d.digests); !ok {
 		return PolicyOutcome{}, false, nil
 	}
 	markStep(ctx, "advanced")
-	inputs := policyInputs{uid: string(pol.UID), generation: pol.Generation, request: token,
-		revision: d.to, image: repo.Spec.Image}
-	out, err = e.succeed(ctx, pol, token, &latest, inputs, "")
+	out, err = e.succeed(ctx, pol, token, &latest, inputs, note)
 	return out, true, err
 }
 

@@ -234,8 +234,8 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 		if iv, err = e.verifierOf(ctx, pol); err != nil {
 			return e.fail(ctx, pol, token, v1.VerificationErrorReason, errors.Is(err, errVerifyConfig), err)
 		}
-	} else if out, ok, err := e.advance(ctx, w, pol, token, repo, id, sel); ok {
-		// A delta's added tags are not verified yet: policies with verify read the store.
+	}
+	if out, ok, err := e.advance(ctx, w, pol, token, repo, id, sel, iv); ok {
 		return out, err
 	}
 	key := StoreKey(repoNS, repoName)

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/policy"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
@@ -105,6 +106,18 @@ func (m *verifyMemo) verdict(k memoVerdict, now time.Time) (verdict, bool) {
 		return verdict{}, false
 	}
 	return v, ok
+}
+
+// validFor tells whether a valid signature of digest under verifier is remembered.
+func (m *verifyMemo) validFor(verifier, digest string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, v := range m.verdicts {
+		if v.ok && k.verifier == verifier && k.digest == digest {
+			return true
+		}
+	}
+	return false
 }
 
 // forgetRefused forgets the verdicts that digests carry no valid signature, under any verifier.
@@ -199,20 +212,8 @@ func (e *Evaluator) selectVerified(ctx context.Context, pol *v1.ImagePolicy, rep
 	}
 	// The registry is prepared on the first question the memo cannot answer, so that an
 	// unchanged repository costs no request at all, not even a ping.
-	var scan *registry.Scan
-	defer func() {
-		if scan != nil {
-			scan.Close()
-		}
-	}()
-	prepare := func() error {
-		if scan != nil {
-			return nil
-		}
-		var err error
-		scan, err = e.Registry.Prepare(ctx, e.Kube, repo)
-		return err
-	}
+	sc := &lazyScan{e: e, repo: repo}
+	defer sc.close()
 	// A digest that the registry may have moved since is never taken from memory.
 	fresh := pol.GetDigestReflectionPolicy() == v1.ReflectAlways
 	referrers := referrerTags(entry.Tags)
@@ -229,7 +230,8 @@ func (e *Evaluator) selectVerified(ctx context.Context, pol *v1.ImagePolicy, rep
 			}
 		}
 		if !ok || fresh {
-			if err := prepare(); err != nil {
+			scan, err := sc.get(ctx)
+			if err != nil {
 				return "", "", skipped, checked, err
 			}
 			if digest, err = scan.Head(ctx, tag); err != nil {
@@ -237,20 +239,9 @@ func (e *Evaluator) selectVerified(ctx context.Context, pol *v1.ImagePolicy, rep
 			}
 			e.memo.putDigest(tk, digest)
 		}
-		vk := memoVerdict{verifier: iv.ID(), digest: digest, referrers: referrers[strings.TrimPrefix(digest, "sha256:")]}
-		v, ok := e.memo.verdict(vk, clock(e.Now)())
-		if !ok {
-			if err := prepare(); err != nil {
-				return "", "", skipped, checked, err
-			}
-			opts, cancel := scan.Remote(ctx)
-			v.ok, v.reason, err = iv.Verify(ctx, scan.Repository(), digest, opts...)
-			v.at = clock(e.Now)()
-			cancel()
-			if err != nil {
-				return "", "", skipped, checked, fmt.Errorf("verifying the signature of %s:%s: %w", repo.Spec.Image, tag, err)
-			}
-			e.memo.putVerdict(vk, v)
+		v, err := e.verdictOn(ctx, iv, sc, repo, tag, digest, referrers[strings.TrimPrefix(digest, "sha256:")])
+		if err != nil {
+			return "", "", skipped, checked, err
 		}
 		if v.ok {
 			return tag, digest, skipped, checked, nil
@@ -258,6 +249,117 @@ func (e *Evaluator) selectVerified(ctx context.Context, pol *v1.ImagePolicy, rep
 		skipped = append(skipped, skippedTag{tag: tag, reason: v.reason})
 	}
 	return "", "", skipped, checked, nil
+}
+
+// lazyScan is a registry session for repo, prepared on its first use.
+type lazyScan struct {
+	e    *Evaluator
+	repo *v1.ImageRepository
+	scan *registry.Scan
+}
+
+func (l *lazyScan) get(ctx context.Context) (*registry.Scan, error) {
+	if l.scan != nil {
+		return l.scan, nil
+	}
+	var err error
+	l.scan, err = l.e.Registry.Prepare(ctx, l.e.Kube, l.repo)
+	return l.scan, err
+}
+
+func (l *lazyScan) close() {
+	if l.scan != nil {
+		l.scan.Close()
+	}
+}
+
+// verdictOn returns iv's verdict on digest, the manifest of repo's tag, from memory or else from
+// the registry; referrers are the referrer tags of digest in the tag list it was found in. err
+// means the registry could not be read, and there is no verdict.
+func (e *Evaluator) verdictOn(ctx context.Context, iv ImageVerifier, sc *lazyScan, repo *v1.ImageRepository, tag, digest, referrers string) (verdict, error) {
+	vk := memoVerdict{verifier: iv.ID(), digest: digest, referrers: referrers}
+	if v, ok := e.memo.verdict(vk, clock(e.Now)()); ok {
+		return v, nil
+	}
+	scan, err := sc.get(ctx)
+	if err != nil {
+		return verdict{}, err
+	}
+	opts, cancel := scan.Remote(ctx)
+	defer cancel()
+	var v verdict
+	v.ok, v.reason, err = iv.Verify(ctx, scan.Repository(), digest, opts...)
+	v.at = clock(e.Now)()
+	if err != nil {
+		return verdict{}, fmt.Errorf("verifying the signature of %s:%s: %w", repo.Spec.Image, tag, err)
+	}
+	e.memo.putVerdict(vk, v)
+	return v, nil
+}
+
+// advanceVerified is Advance for a policy with spec.verify, as read, whose last evaluation
+// read the revision that d starts from: the result equals that of selectVerified over the
+// longer list. It holds only when that evaluation selected the best candidate of the list
+// (its Ready message names no skipped tag), so that the candidates better than latestRef are
+// the added tags that rank above it; when at most MaxVerifiedCandidates-1 of them do, so that
+// latestRef is among the candidates an evaluation checks; when this process remembers a valid
+// signature of latestRef's digest under iv; and when every added tag above latestRef comes
+// with its digest. The added tags are checked best first: the first that verifies becomes
+// latest, and those before it are skipped; when none verifies, latestRef stays, with them all
+// skipped. ok is false when the store must be read instead, or when the registry could not be
+// read (the evaluation from the store then reports it).
+func (e *Evaluator) advanceVerified(ctx context.Context, pol *v1.ImagePolicy, repo *v1.ImageRepository, key string,
+	d *delta, sel *policy.Selector, iv ImageVerifier) (latest v1.ImageRef, skipped []skippedTag, ok bool) {
+	old := *pol.Status.LatestRef
+	if pol.GetDigestReflectionPolicy() == v1.ReflectAlways || skippedUnverified(pol.Status.Conditions) ||
+		!imagename.ValidTag(old.Tag) {
+		return v1.ImageRef{}, nil, false
+	}
+	oldDigest, known := e.memo.digest(memoTag{key: key, revision: d.from, tag: old.Tag})
+	if !known || !e.memo.validFor(iv.ID(), oldDigest) {
+		return v1.ImageRef{}, nil, false
+	}
+	cands, err := sel.Ranked(append([]string{old.Tag}, d.tags...), MaxVerifiedCandidates)
+	if err != nil {
+		return v1.ImageRef{}, nil, false
+	}
+	above := slices.Index(cands, old.Tag)
+	if above < 0 {
+		return v1.ImageRef{}, nil, false
+	}
+	sc := &lazyScan{e: e, repo: repo}
+	defer sc.close()
+	referrers := referrerTags(d.tags)
+	for _, tag := range cands[:above] {
+		digest := d.digests[tag]
+		if digest == "" {
+			return v1.ImageRef{}, nil, false
+		}
+		v, err := e.verdictOn(ctx, iv, sc, repo, tag, digest, referrers[strings.TrimPrefix(digest, "sha256:")])
+		if err != nil {
+			return v1.ImageRef{}, nil, false
+		}
+		if v.ok {
+			latest = v1.ImageRef{Name: old.Name, Tag: tag}
+			latest.Digest = verifiedDigest(pol, &latest, digest)
+			e.rememberDigests(key, d, tag, digest)
+			return latest, skipped, true
+		}
+		skipped = append(skipped, skippedTag{tag: tag, reason: v.reason})
+	}
+	e.rememberDigests(key, d, old.Tag, oldDigest)
+	return old, skipped, true
+}
+
+// rememberDigests remembers the digests of the revision that d produced as far as the next
+// delta needs them: its added tags' and latest's, whose signature is known to verify.
+func (e *Evaluator) rememberDigests(key string, d *delta, latest, digest string) {
+	for tag, dg := range d.digests {
+		if dg != "" {
+			e.memo.putDigest(memoTag{key: key, revision: d.to, tag: tag}, dg)
+		}
+	}
+	e.memo.putDigest(memoTag{key: key, revision: d.to, tag: latest}, digest)
 }
 
 // referrerTags returns, for each digest's hex that referrer tags of tags name, those tags

@@ -310,6 +310,80 @@ func newUnsignedPushFixture(t *testing.T) (*verifyFixture, string) {
 	return f, d110
 }
 
+// TestIntegrationVerifiedAdvanceIsAFullEvaluation announces pushes to a policy with verify with
+// their deltas, through an Evaluator whose tag store holds no tags: a signed push is verified
+// and advanced, an unsigned one is skipped and reported while latestRef stays, each as the full
+// evaluation from the store that follows finds it; once a tag was skipped, the next push is no
+// longer advanced (the skipped tag may have been signed since) and the store decides.
+func TestIntegrationVerifiedAdvanceIsAFullEvaluation(t *testing.T) {
+	f := newVerifyFixture(t)
+	f.reg.SignLegacy(t, "app", f.reg.Push(t, "app", "1.0.0"), f.trusted)
+	f.verifiedPolicy(t, "app", "cosign-keys")
+	f.put(t, f.ns, "app", "1.0.0")
+	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
+		t.Fatalf("outcome %+v, want 1.0.0", out)
+	}
+	withoutStore := f.withoutStore(t)
+	full := func(token string) *v1.ImagePolicy {
+		t.Helper()
+		f.request(t, "app", token)
+		f.evaluate(t, f.ns, "app")
+		return f.get(t, f.ns, "app")
+	}
+	for _, step := range []struct {
+		tag, want, reported string
+		sign                bool
+	}{
+		{tag: "2.0.0", sign: true, want: "2.0.0"},
+		{tag: "3.0.0", want: "2.0.0", reported: "3.0.0 (not signed)"},
+	} {
+		digest := f.reg.Push(t, "app", step.tag)
+		if step.sign {
+			f.reg.SignBundle(t, "app", digest, f.trusted)
+		}
+		change := f.addPushed(t, "app", step.tag, digest)
+		f.cached(t, f.ns+"/app")
+		outs, err := withoutStore(change)
+		if err != nil || len(outs) != 1 || outs[0].Latest == nil || outs[0].Latest.Tag != step.want {
+			t.Fatalf("push of %s through a store without tags: %+v, %v; want %s", step.tag, outs, err, step.want)
+		}
+		advanced := f.get(t, f.ns, "app")
+		if !strings.Contains(readyMessage(advanced), step.reported) || step.reported == "" && strings.Contains(readyMessage(advanced), "skipped") {
+			t.Errorf("push of %s: Ready message %q, want it to report %q", step.tag, readyMessage(advanced), step.reported)
+		}
+		evaluated := full("full-" + step.tag)
+		if *evaluated.Status.LatestRef != *advanced.Status.LatestRef || readyMessage(evaluated) != readyMessage(advanced) {
+			t.Errorf("push of %s: advanced to %+v (%q), a full evaluation finds %+v (%q)", step.tag,
+				advanced.Status.LatestRef, readyMessage(advanced), evaluated.Status.LatestRef, readyMessage(evaluated))
+		}
+	}
+
+	d400 := f.reg.Push(t, "app", "4.0.0")
+	f.reg.SignBundle(t, "app", d400, f.trusted)
+	change := f.addPushed(t, "app", "4.0.0", d400)
+	f.cached(t, f.ns+"/app")
+	if outs, _ := withoutStore(change); len(outs) == 1 && outs[0].Latest != nil && outs[0].Latest.Tag == "4.0.0" {
+		t.Fatalf("a policy that skipped 3.0.0 was advanced by the delta: %+v", outs)
+	}
+	if p := full("full-4.0.0"); p.Status.LatestRef == nil || p.Status.LatestRef.Tag != "4.0.0" {
+		t.Errorf("through the store: latestRef %+v, want 4.0.0", p.Status.LatestRef)
+	}
+}
+
+// withoutStore returns a function that evaluates a TagsChanged event with f's Evaluator, its
+// memory of verdicts included, reading a tag store that holds no tags, only the key of f's
+// directory: an evaluation that succeeds through it did not read the tags.
+func (f *verifyFixture) withoutStore(t *testing.T) func(events.TagsChanged) ([]reconcile.PolicyOutcome, error) {
+	t.Helper()
+	empty := f.storeless(t).Store
+	return func(c events.TagsChanged) ([]reconcile.PolicyOutcome, error) {
+		saved := f.ev.Store
+		f.ev.Store = empty
+		defer func() { f.ev.Store = saved }()
+		return f.ev.EvaluateChange(context.Background(), c)
+	}
+}
+
 // TestIntegrationVerifiedSelectionSignedAfterPush signs an image after its push was evaluated,
 // on a registry without the referrers API: the referrers tag schema's new tag, once listed, has
 // the signature looked at again at once, without waiting for the refusal to be forgotten.
