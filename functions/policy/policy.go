@@ -39,6 +39,9 @@
 //	                      public-good root embedded in sigstore-go)
 //	REFLECTOR_SIGSTORE_TUF_CACHE  a writable directory for the TUF client's cache (default:
 //	                      memory only); fetched on first need, reused for a day
+//	REFLECTOR_REGISTRY_RATE, REFLECTOR_REGISTRY_BURST  as for the scan function: the requests per
+//	                      second to one registry host (default 10) of digest reflection and of
+//	                      signature verification, which costs a signed push three to five
 package policy
 
 import (
@@ -121,9 +124,13 @@ func FromEnv() (*Deps, error) {
 	if err != nil {
 		return nil, err
 	}
+	limit, err := registry.RateLimitFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	return &Deps{
 		Kube:     env.Kube,
-		Registry: registry.New(registry.WithCloudAuth(cloud)),
+		Registry: registry.New(append([]registry.Option{registry.WithCloudAuth(cloud)}, limit...)...),
 		Store:    store.New(env.StoreDir, store.ReadOnly()),
 		Sink:     env.Sink,
 		Recorder: kube.NewRecorder(env.Kube, "reflector-policy", kube.PostingTo(env.FluxEvents)),

@@ -156,20 +156,11 @@ func FromEnv() (*Deps, error) {
 	if err != nil {
 		return nil, err
 	}
-	regOpts := []registry.Option{registry.WithCloudAuth(cloud)}
-	if s := os.Getenv("REFLECTOR_REGISTRY_RATE"); s != "" {
-		perSecond, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return nil, fmt.Errorf("REFLECTOR_REGISTRY_RATE: %w", err)
-		}
-		burst := registry.DefaultBurst
-		if b := os.Getenv("REFLECTOR_REGISTRY_BURST"); b != "" {
-			if burst, err = strconv.Atoi(b); err != nil {
-				return nil, fmt.Errorf("REFLECTOR_REGISTRY_BURST: %w", err)
-			}
-		}
-		regOpts = append(regOpts, registry.WithRateLimit(perSecond, burst))
+	limit, err := registry.RateLimitFromEnv()
+	if err != nil {
+		return nil, err
 	}
+	regOpts := append([]registry.Option{registry.WithCloudAuth(cloud)}, limit...)
 	return &Deps{
 		Kube:     env.Kube,
 		Registry: registry.New(regOpts...),

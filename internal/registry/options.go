@@ -1,7 +1,10 @@
 package registry
 
 import (
+	"fmt"
 	"net/http"
+	"os"
+	"strconv"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -22,6 +25,27 @@ func WithRateLimit(perSecond float64, burst int) Option {
 		}
 		c.burst = max(burst, 1)
 	}
+}
+
+// RateLimitFromEnv returns the WithRateLimit of REFLECTOR_REGISTRY_RATE (requests per second to
+// one registry host; 0: no limit) and REFLECTOR_REGISTRY_BURST (default DefaultBurst), or no
+// option when the rate is not set, which keeps DefaultRate.
+func RateLimitFromEnv() ([]Option, error) {
+	s := os.Getenv("REFLECTOR_REGISTRY_RATE")
+	if s == "" {
+		return nil, nil
+	}
+	perSecond, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return nil, fmt.Errorf("REFLECTOR_REGISTRY_RATE: %w", err)
+	}
+	burst := DefaultBurst
+	if b := os.Getenv("REFLECTOR_REGISTRY_BURST"); b != "" {
+		if burst, err = strconv.Atoi(b); err != nil {
+			return nil, fmt.Errorf("REFLECTOR_REGISTRY_BURST: %w", err)
+		}
+	}
+	return []Option{WithRateLimit(perSecond, burst)}, nil
 }
 
 // WithPageSize sets the number of tags asked for per page. A registry that refuses it gets

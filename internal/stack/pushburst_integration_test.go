@@ -86,7 +86,7 @@ type burstOutcome struct {
 // proxy on 127.0.0.1 that counts the requests reflector makes (those with its User-Agent).
 func pushBurst(tb testing.TB) burstOutcome {
 	ctx := context.Background()
-	s, counter, host := startCounted(tb)
+	s, counter, host := startCounted(tb, nil, nil)
 	image := host + "/ci/app"
 	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(pushBurstManifests, image))); err != nil {
 		tb.Fatal(err)
@@ -241,12 +241,12 @@ func BenchmarkPushBurst(b *testing.B) {
 // host for images is the proxy's, returned as host. Each notification carries one push; the
 // receiver's default limit of 10 deliveries a second would refuse most of them and leave
 // docker-registry retrying for minutes, so it is lifted. scanEnv is added to the scan
-// function's environment.
-func startCounted(tb testing.TB, scanEnv ...string) (s *stack.Stack, counter *requestCounter, host string) {
+// function's environment, policyEnv to the policy function's.
+func startCounted(tb testing.TB, scanEnv, policyEnv []string) (s *stack.Stack, counter *requestCounter, host string) {
 	tb.Helper()
 	env := append([]string{"REFLECTOR_WEBHOOK_RATE=1000000", "REFLECTOR_WEBHOOK_BURST=1000"}, scanEnv...)
 	s = start(tb, stack.Options{CronEvery: time.Hour, NotifyBackoff: 200 * time.Millisecond,
-		Env: map[string][]string{stack.Scan: env}})
+		Env: map[string][]string{stack.Scan: env, stack.Policy: policyEnv}})
 	counter = newRequestCounter(s.Registry)
 	srv := httptest.NewServer(counter)
 	tb.Cleanup(srv.Close)

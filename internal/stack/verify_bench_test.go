@@ -39,16 +39,19 @@ spec:
 // in the signature's form: a Sigstore bundle under the referrers tag schema (cosign v3's default
 // on a registry without the referrers API; its tag is a new entry of the tag list) or cosign's
 // legacy .sig tag (which the default exclusionList drops, so its scan changes no list and names
-// the signed image). Each starts its own stack once.
+// the signed image). Each runs with the functions' registry rate limit lifted and at 10 requests
+// a second to one host (the default), and starts its own stack once.
 func BenchmarkSignedPushToLatest(b *testing.B) {
 	for _, form := range []string{"bundle", "legacy"} {
-		var vb *verifyBench
-		b.Run("signature="+form, func(sub *testing.B) {
-			if vb == nil {
-				vb = newVerifyBench(b, form)
-			}
-			vb.run(sub)
-		})
+		for _, limit := range []string{"none", "10"} {
+			var vb *verifyBench
+			b.Run(fmt.Sprintf("signature=%s/registry_rate=%s", form, limit), func(sub *testing.B) {
+				if vb == nil {
+					vb = newVerifyBench(b, form, limit)
+				}
+				vb.run(sub)
+			})
+		}
 	}
 }
 
@@ -61,9 +64,17 @@ type verifyBench struct {
 	pushed  int
 }
 
-func newVerifyBench(b *testing.B, form string) *verifyBench {
+// newVerifyBench starts the stack of signatures of form with both functions' registry rate
+// limit (REFLECTOR_REGISTRY_RATE) at limit, "none" for none.
+func newVerifyBench(b *testing.B, form, limit string) *verifyBench {
 	ctx := context.Background()
-	s, counter, host := startCounted(b)
+	var env []string
+	if limit == "none" {
+		env = []string{"REFLECTOR_REGISTRY_RATE=0"}
+	} else {
+		env = []string{"REFLECTOR_REGISTRY_RATE=" + limit}
+	}
+	s, counter, host := startCounted(b, env, env)
 	vb := &verifyBench{s: s, counter: counter, image: host + "/bench/signed",
 		key: testenv.NewCosignKey(b), form: form}
 	// As many tags as BenchmarkPushToLatest's smaller repository, the seed selected by neither

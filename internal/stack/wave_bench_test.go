@@ -115,7 +115,7 @@ func newWaveBench(b *testing.B, rate string) *waveBench {
 	if rate != "" {
 		env = append(env, "REFLECTOR_REGISTRY_RATE="+rate)
 	}
-	s, counter, host := startCounted(b, env...)
+	s, counter, host := startCounted(b, env, nil)
 	pusher, err := remote.NewPusher()
 	if err != nil {
 		b.Fatal(err)
