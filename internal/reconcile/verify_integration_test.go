@@ -370,6 +370,33 @@ func TestIntegrationVerifiedAdvanceIsAFullEvaluation(t *testing.T) {
 	}
 }
 
+// TestIntegrationVerifiedSelectionSignedBehindTheReferrersAPI signs a refused image through the
+// referrers API, which pushes no tag and so no notification: the policy, which names the skipped
+// tag, is evaluated again as it is (the cron reconciler's DueUnverified asks for that), keeps the
+// remembered refusal while it is fresh, and selects the tag once the refusal has expired.
+func TestIntegrationVerifiedSelectionSignedBehindTheReferrersAPI(t *testing.T) {
+	f := newVerifyFixture(t, testenv.RegistryReferrers())
+	f.reg.SignBundle(t, "app", f.reg.Push(t, "app", "1.0.0"), f.trusted)
+	d110 := f.reg.Push(t, "app", "1.1.0")
+	f.verifiedPolicy(t, "app", "cosign-keys")
+	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
+		t.Fatalf("outcome %+v, want 1.0.0 while 1.1.0 is unsigned", out)
+	}
+	f.reg.SignBundle(t, "app", d110, f.trusted)
+	before := f.reg.RequestCount()
+	if out := f.evaluate(t, f.ns, "app"); out.Result == reconcile.PolicyUnchanged || out.Latest == nil || out.Latest.Tag != "1.0.0" {
+		t.Fatalf("outcome %+v, want an evaluation that keeps 1.0.0 while the refusal is fresh", out)
+	}
+	if n := f.reg.RequestCount() - before; n != 0 {
+		t.Errorf("an evaluation within the refusal's lifetime made %d registry requests, want 0", n)
+	}
+	f.advance(reconcile.UnverifiedTTL)
+	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" {
+		t.Fatalf("outcome %+v, want 1.1.0 once the refusal expired", out)
+	}
+}
+
 // withoutStore returns a function that evaluates a TagsChanged event with f's Evaluator, its
 // memory of verdicts included, reading a tag store that holds no tags, only the key of f's
 // directory: an evaluation that succeeds through it did not read the tags.
