@@ -630,18 +630,14 @@ func (f storeError) Unwrap() error { return f.err }
 // confirmed one by one for fewer requests than a listing, it confirms and adds them (the
 // incremental path); otherwise it lists every tag and replaces the stored list. Either way the
 // result names the images that pushed referrer and attachment tags refer to (attachedDigests).
-func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.ImageRepository, id store.Identity, hint *Hint) (stored, error) {
+func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.ImageRepository, id store.Identity, hint *Hint) (out stored, err error) {
 	key := StoreKey(repo.Namespace, repo.Name)
 	// invalid counts the pushed and listed tags left out for the tag grammar.
 	var invalid registry.InvalidTags
 	hint = validHint(hint, &invalid)
-	res, err := s.storeHinted(ctx, sc, repo, id, key, hint, invalid)
-	res.attached = attachedDigests(hint)
-	return res, err
-}
-
-// storeHinted is storeTags with hint valid and invalid counting the pushed tags it left out.
-func (s *Scanner) storeHinted(ctx context.Context, sc *registry.Scan, repo *v1.ImageRepository, id store.Identity, key string, hint *Hint, invalid registry.InvalidTags) (stored, error) {
+	// Taken before the hint loses the pushed tags that the stored list holds.
+	attached := attachedDigests(hint)
+	defer func() { out.attached = attached }()
 	incremental := hint != nil && len(hint.Tags) > 0 && s.specScanned(repo, id.Image)
 	listing := ListingRequested
 	if incremental {

@@ -295,11 +295,11 @@ func TestIntegrationVerifiedPushChecksOnlyThePushedTag(t *testing.T) {
 	}
 }
 
-// newUnsignedPushFixture returns a verifyFixture whose policy "app" selected 1.0.0, signed,
-// skipping 1.1.0, pushed unsigned, and the digest of 1.1.0.
-func newUnsignedPushFixture(t *testing.T) (*verifyFixture, string) {
+// newUnsignedPushFixture returns a verifyFixture, on a registry of opts, whose policy "app"
+// selected 1.0.0, signed, skipping 1.1.0, pushed unsigned, and the digest of 1.1.0.
+func newUnsignedPushFixture(t *testing.T, opts ...testenv.RegistryOption) (*verifyFixture, string) {
 	t.Helper()
-	f := newVerifyFixture(t)
+	f := newVerifyFixture(t, opts...)
 	f.reg.SignLegacy(t, "app", f.reg.Push(t, "app", "1.0.0"), f.trusted)
 	d110 := f.reg.Push(t, "app", "1.1.0")
 	f.verifiedPolicy(t, "app", "cosign-keys")
@@ -375,14 +375,7 @@ func TestIntegrationVerifiedAdvanceIsAFullEvaluation(t *testing.T) {
 // tag, is evaluated again as it is (the cron reconciler's DueUnverified asks for that), keeps the
 // remembered refusal while it is fresh, and selects the tag once the refusal has expired.
 func TestIntegrationVerifiedSelectionSignedBehindTheReferrersAPI(t *testing.T) {
-	f := newVerifyFixture(t, testenv.RegistryReferrers())
-	f.reg.SignBundle(t, "app", f.reg.Push(t, "app", "1.0.0"), f.trusted)
-	d110 := f.reg.Push(t, "app", "1.1.0")
-	f.verifiedPolicy(t, "app", "cosign-keys")
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
-	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
-		t.Fatalf("outcome %+v, want 1.0.0 while 1.1.0 is unsigned", out)
-	}
+	f, d110 := newUnsignedPushFixture(t, testenv.RegistryReferrers())
 	f.reg.SignBundle(t, "app", d110, f.trusted)
 	before := f.reg.RequestCount()
 	if out := f.evaluate(t, f.ns, "app"); out.Result == reconcile.PolicyUnchanged || out.Latest == nil || out.Latest.Tag != "1.0.0" {

@@ -68,12 +68,11 @@ type verifyBench struct {
 // limit (REFLECTOR_REGISTRY_RATE) at limit, "none" for none.
 func newVerifyBench(b *testing.B, form, limit string) *verifyBench {
 	ctx := context.Background()
-	var env []string
+	rate := limit
 	if limit == "none" {
-		env = []string{"REFLECTOR_REGISTRY_RATE=0"}
-	} else {
-		env = []string{"REFLECTOR_REGISTRY_RATE=" + limit}
+		rate = "0"
 	}
+	env := []string{"REFLECTOR_REGISTRY_RATE=" + rate}
 	s, counter, host := startCounted(b, env, env)
 	vb := &verifyBench{s: s, counter: counter, image: host + "/bench/signed",
 		key: testenv.NewCosignKey(b), form: form}
