@@ -50,16 +50,21 @@ spec:
 // from the sending of a webhook to the scan function for a registry that notifies nobody else
 // (webhook_p50_ms, webhook_p99_ms). b.N counts pushes of each kind. The sub-benchmarks differ
 // in how many tags each repository holds before the measured pushes (seed tags that no policy
-// selects); each starts its own stack once, which later runs of the same sub-benchmark reuse.
+// selects) and in the scan function's registry rate limit (REFLECTOR_REGISTRY_RATE): lifted
+// ("none"), the path itself is measured; at the default of 10 requests a second per host, the
+// pushes, which follow each other at about that rate, also wait for the limit. Each starts its
+// own stack once, which later runs of the same sub-benchmark reuse.
 func BenchmarkPushToLatest(b *testing.B) {
 	for _, tags := range []int{100, 10_000} {
-		var pb *pushBench
-		b.Run(fmt.Sprintf("tags=%d", tags), func(sub *testing.B) {
-			if pb == nil {
-				pb = newPushBench(b, tags)
-			}
-			pb.run(sub)
-		})
+		for _, limit := range []string{"none", "10"} {
+			var pb *pushBench
+			b.Run(fmt.Sprintf("tags=%d/registry_rate=%s", tags, limit), func(sub *testing.B) {
+				if pb == nil {
+					pb = newPushBench(b, tags, limit)
+				}
+				pb.run(sub)
+			})
+		}
 	}
 }
 
@@ -73,12 +78,19 @@ type pushBench struct {
 	pushed      int
 }
 
-func newPushBench(b *testing.B, tags int) *pushBench {
+// newPushBench starts the stack with the scan function's registry rate limit at limit, "none"
+// for none.
+func newPushBench(b *testing.B, tags int, limit string) *pushBench {
 	ctx := context.Background()
+	rate := limit
+	if limit == "none" {
+		rate = "0"
+	}
 	// The seed's notifications must not queue up in docker-registry behind the webhook's rate
 	// limit, ahead of the measured pushes'.
 	s := start(b, stack.Options{CronEvery: time.Minute, NotifyBackoff: 200 * time.Millisecond,
-		Env: map[string][]string{stack.Scan: {"REFLECTOR_WEBHOOK_RATE=1000000", "REFLECTOR_WEBHOOK_BURST=1000"}}})
+		Env: map[string][]string{stack.Scan: {"REFLECTOR_WEBHOOK_RATE=1000000", "REFLECTOR_WEBHOOK_BURST=1000",
+			"REFLECTOR_REGISTRY_RATE=" + rate}}})
 	pb := &pushBench{s: s, image: s.Registry + "/bench/app"}
 	// The seed tags go in before the ImageRepositories exist: their notifications match
 	// nothing, and the first scan lists them all.
