@@ -82,15 +82,11 @@ type pushBench struct {
 // for none.
 func newPushBench(b *testing.B, tags int, limit string) *pushBench {
 	ctx := context.Background()
-	rate := limit
-	if limit == "none" {
-		rate = "0"
-	}
 	// The seed's notifications must not queue up in docker-registry behind the webhook's rate
 	// limit, ahead of the measured pushes'.
 	s := start(b, stack.Options{CronEvery: time.Minute, NotifyBackoff: 200 * time.Millisecond,
 		Env: map[string][]string{stack.Scan: {"REFLECTOR_WEBHOOK_RATE=1000000", "REFLECTOR_WEBHOOK_BURST=1000",
-			"REFLECTOR_REGISTRY_RATE=" + rate}}})
+			registryRate(limit)}}})
 	pb := &pushBench{s: s, image: s.Registry + "/bench/app"}
 	// The seed tags go in before the ImageRepositories exist: their notifications match
 	// nothing, and the first scan lists them all.
@@ -129,6 +125,15 @@ func newPushBench(b *testing.B, tags int, limit string) *pushBench {
 		})
 	}
 	return pb
+}
+
+// registryRate is the functions' setting of REFLECTOR_REGISTRY_RATE for a benchmark's limit:
+// requests a second per registry host, "none" for no limit.
+func registryRate(limit string) string {
+	if limit == "none" {
+		limit = "0"
+	}
+	return "REFLECTOR_REGISTRY_RATE=" + limit
 }
 
 // waitNotified waits until docker-registry has delivered its notifications: until the scan

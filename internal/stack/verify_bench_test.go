@@ -68,11 +68,7 @@ type verifyBench struct {
 // limit (REFLECTOR_REGISTRY_RATE) at limit, "none" for none.
 func newVerifyBench(b *testing.B, form, limit string) *verifyBench {
 	ctx := context.Background()
-	rate := limit
-	if limit == "none" {
-		rate = "0"
-	}
-	env := []string{"REFLECTOR_REGISTRY_RATE=" + rate}
+	env := []string{registryRate(limit)}
 	s, counter, host := startCounted(b, env, env)
 	vb := &verifyBench{s: s, counter: counter, image: host + "/bench/signed",
 		key: testenv.NewCosignKey(b), form: form}
