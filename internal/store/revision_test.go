@@ -1,8 +1,12 @@
 package store
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -40,5 +44,41 @@ func TestRevisionDoesNotModifyInput(t *testing.T) {
 	RevisionOf(in)
 	if in[0] != "b" || in[1] != "a" || in[2] != "b" {
 		t.Errorf("RevisionOf reordered its argument: %q", in)
+	}
+}
+
+// FuzzEncodeTags: the stored form of any list of strings is encoding/json's, so that a revision
+// never depends on which of the two encodings wrote it; a list encodes unchanged through splitTags.
+func FuzzEncodeTags(f *testing.F) {
+	f.Add("v1.0.0\x00v1.1.0-rc.1\x00latest")
+	f.Add("")
+	f.Add("a<b\x00\"\x00\\\x00caf\u00e9\x00\x7f")
+	f.Fuzz(func(t *testing.T, joined string) {
+		tags := strings.Split(joined, "\x00")
+		want, err := json.Marshal(tags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, rev := encodeTags(tags)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("encodeTags(%q) = %s, encoding/json says %s", tags, got, want)
+		}
+		if rev != revisionOfValue(want) {
+			t.Fatalf("revision %s is not the hash of %s", rev, want)
+		}
+		if back, ok := splitTags(got); ok && !slices.Equal(back, tags) {
+			t.Fatalf("splitTags(%s) = %q, want %q", got, back, tags)
+		}
+	})
+}
+
+func TestEncodeTagsEmptyAndNil(t *testing.T) {
+	for _, tc := range []struct {
+		tags []string
+		want string
+	}{{[]string{}, "[]"}, {nil, "null"}, {[]string{"1.0"}, `["1.0"]`}} {
+		if got, _ := encodeTags(tc.tags); string(got) != tc.want {
+			t.Errorf("encodeTags(%#v) = %s, want %s", tc.tags, got, tc.want)
+		}
 	}
 }
