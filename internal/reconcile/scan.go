@@ -640,10 +640,11 @@ func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.Ima
 	defer func() { out.attached = attached }()
 	incremental := hint != nil && len(hint.Tags) > 0 && s.specScanned(repo, id.Image)
 	listing := ListingRequested
+	var held store.Entry
 	if incremental {
 		// Pushed tags that the stored list holds cost no request: the notifications of a burst
 		// trail its pushes, and a listing during the burst has seen many of them.
-		held, err := s.Store.Get(ctx, key, id)
+		held, err = s.Store.Get(ctx, key, id)
 		switch {
 		case err == nil:
 			hint = notStored(hint, held.Tags)
@@ -661,7 +662,7 @@ func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.Ima
 		incremental, recheck, listing = false, hint.Tags, ListingCheaper
 	}
 	if incremental {
-		res, ok, err := s.addPushed(ctx, sc, key, id, hint.Tags)
+		res, ok, err := s.addPushed(ctx, sc, key, held, hint.Tags)
 		res.invalid = invalid
 		if err != nil {
 			return res, storeError{err}
@@ -835,9 +836,10 @@ func (s *Scanner) specScanned(repo *v1.ImageRepository, canonical string) bool {
 }
 
 // addPushed confirms each pushed tag (registry.Scan.Confirm) and adds those that exist and that
-// the exclusion list keeps. It reports false when a full listing must be done instead: the
-// store holds no list of identity id to add to, or the registry could not confirm a tag.
-func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, id store.Identity, tags []string) (stored, bool, error) {
+// the exclusion list keeps to the stored list, which held was read from. It reports false when
+// a full listing must be done instead: the store holds no list of held's identity to add to, or
+// the registry could not confirm a tag.
+func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, held store.Entry, tags []string) (stored, bool, error) {
 	var confirmed []string
 	digests := map[string]string{}
 	for _, tag := range tags {
@@ -856,10 +858,10 @@ func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, 
 		err error
 	)
 	if len(confirmed) == 0 {
-		a.Entry, err = s.Store.Get(ctx, key, id)
+		a.Entry, err = s.Store.Get(ctx, key, held.Identity)
 		a.From = a.Entry.Revision
 	} else {
-		a, err = s.Store.Add(ctx, key, id, confirmed)
+		a, err = s.Store.AddTo(ctx, key, held, confirmed)
 	}
 	// Also ErrOtherIdentity: a list taken for another object or spec is no base to add to, nor
 	// is a damaged one.

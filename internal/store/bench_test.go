@@ -188,3 +188,25 @@ func BenchmarkPeakRSS(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPushStep10k is what the scan of a push does to a stored list of 10,000 tags: it reads
+// the list, to leave out pushed tags it holds, then adds the pushed tag to it.
+func BenchmarkPushStep10k(b *testing.B) {
+	ctx := context.Background()
+	s := New(b.TempDir(), WithLinger(time.Hour))
+	defer s.Close()
+	if _, _, err := s.Put(ctx, "ns/app", testID, manyTags(10_000, "v"), time.Now()); err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	for b.Loop() {
+		held, err := s.Get(ctx, "ns/app", testID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		i++
+		if _, err := s.AddTo(ctx, "ns/app", held, []string{"w" + strconv.Itoa(i)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -98,6 +98,24 @@ func readEntry(txn *badger.Txn, key string, id Identity) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
+	return readTags(txn, key, m)
+}
+
+// readEntryFrom is readEntry for base's identity, which returns base, scan time and all, when the
+// stored metadata still records base's revision: the tags of a revision are a function of it.
+func readEntryFrom(txn *badger.Txn, key string, base Entry) (Entry, error) {
+	m, err := readMetaOf(txn, key, base.Identity)
+	if err != nil {
+		return Entry{}, err
+	}
+	if base.Revision != "" && m.Revision == base.Revision {
+		return Entry{Tags: base.Tags, Revision: m.Revision, ScanTime: m.ScanTime, Identity: m.Identity}, nil
+	}
+	return readTags(txn, key, m)
+}
+
+// readTags reads the tags of the entry of key whose metadata is m.
+func readTags(txn *badger.Txn, key string, m meta) (Entry, error) {
 	item, err := txn.Get(tagsKey(key))
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return Entry{}, fmt.Errorf("%w: metadata without tags", ErrCorrupt)

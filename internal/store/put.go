@@ -77,11 +77,20 @@ type Addition struct {
 // reader that holds the list of revision From holds the list of
 // Entry.Revision once it adds Tags.
 func (s *Store) Add(ctx context.Context, key string, id Identity, tags []string) (a Addition, err error) {
+	return s.AddTo(ctx, key, Entry{Identity: id}, tags)
+}
+
+// AddTo is Add for a caller that read the entry of key a moment before, as base (with Get): when
+// the entry still has base's revision, the tags are added to base's list, without reading and
+// decoding the stored one again. Otherwise, and for a base without a revision, it is Add for
+// base's identity.
+func (s *Store) AddTo(ctx context.Context, key string, base Entry, tags []string) (a Addition, err error) {
+	id := base.Identity
 	if !id.complete() {
 		return Addition{}, s.keyError(key, ErrIncompleteIdentity)
 	}
 	err = s.txn(ctx, key, true, func(txn *badger.Txn) error {
-		cur, err := readEntry(txn, key, id)
+		cur, err := readEntryFrom(txn, key, base)
 		if err != nil {
 			return err
 		}

@@ -291,6 +291,42 @@ func TestAddReportsTheAddition(t *testing.T) {
 	}
 }
 
+// TestAddTo: a base of the stored revision is added to as it is, without the stored list being
+// read again; a base of an older revision, or without one, is not trusted.
+func TestAddTo(t *testing.T) {
+	s := newTestStore(t)
+	ctx := context.Background()
+	put, _, err := s.Put(ctx, "ns/app", testID, []string{"v1", "v2"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A base that claims the stored revision is believed: its list is the one added to.
+	claimed := put
+	claimed.Tags = []string{"v1"}
+	a, err := s.AddTo(ctx, "ns/app", claimed, []string{"v3"})
+	if err != nil || a.From != put.Revision || !slices.Equal(a.Entry.Tags, []string{"v1", "v3"}) {
+		t.Fatalf("AddTo of the stored revision = %+v, %v; want v3 added to the base's list", a, err)
+	}
+	// put is now an older revision: the stored list is read.
+	a, err = s.AddTo(ctx, "ns/app", put, []string{"v4"})
+	if err != nil || !slices.Equal(a.Entry.Tags, []string{"v1", "v3", "v4"}) {
+		t.Fatalf("AddTo of an older revision = %+v, %v; want v4 added to the stored list", a, err)
+	}
+	a, err = s.AddTo(ctx, "ns/app", Entry{Identity: testID}, []string{"v5"})
+	if err != nil || !slices.Equal(a.Entry.Tags, []string{"v1", "v3", "v4", "v5"}) {
+		t.Fatalf("AddTo without a revision = %+v, %v; want v5 added to the stored list", a, err)
+	}
+	got, err := s.Get(ctx, "ns/app", testID)
+	if err != nil || got.Revision != a.Entry.Revision || !slices.Equal(got.Tags, a.Entry.Tags) {
+		t.Fatalf("Get = %+v, %v; want what AddTo returned", got, err)
+	}
+	other := a.Entry
+	other.Identity.UID = "recreated-uid"
+	if _, err := s.AddTo(ctx, "ns/app", other, []string{"v6"}); !errors.Is(err, ErrOtherIdentity) {
+		t.Fatalf("AddTo for another identity: %v, want ErrOtherIdentity", err)
+	}
+}
+
 // TestProofKeyIsShared: every Store of a directory reads the same key, created once, and a
 // fresh read sees a replaced file.
 func TestProofKeyIsShared(t *testing.T) {
