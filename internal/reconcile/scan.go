@@ -387,17 +387,18 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	now := clock(s.Now)
 	start := now()
 	var repo *v1.ImageRepository
-	// steps are the times since start at which the scan had its object, its registry session,
-	// its tags stored and its request recorded: where a push's time goes.
-	var steps []slog.Attr
-	mark := func(step string) { steps = append(steps, slog.Duration(step, now().Sub(start))) }
+	// The steps are the times since the start at which the scan had its object, its registry
+	// session, the stored list it adds pushed tags to, the pushed tags confirmed, its tags stored
+	// and its request recorded: where a push's time goes.
+	ctx = withSteps(ctx)
+	mark := func(step string) { markStep(ctx, step) }
 	defer func() {
 		took := now().Sub(start)
 		if repo != nil {
 			metrics.RecordReconcile(metrics.KindImageRepository, namespace, name, repo.Spec.Suspend,
 				!repo.DeletionTimestamp.IsZero(), took)
 		}
-		err = s.logScan(ctx, namespace, name, took, hint, out, steps, err)
+		err = s.logScan(ctx, namespace, name, took, hint, out, err)
 	}()
 
 	repo, out, err = s.readRepository(ctx, namespace, name, read, rec)
@@ -481,7 +482,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 
 // logScan logs the scan of namespace/name: what it found, how long it and its steps took, or
 // its error, which it returns redacted for the callers that log it and answer with it.
-func (s *Scanner) logScan(ctx context.Context, namespace, name string, took time.Duration, hint *Hint, out ScanOutcome, steps []slog.Attr, err error) error {
+func (s *Scanner) logScan(ctx context.Context, namespace, name string, took time.Duration, hint *Hint, out ScanOutcome, err error) error {
 	attrs := []any{"namespace", namespace, "name", name, "duration", took}
 	if out.Skipped != "" {
 		attrs = append(attrs, "skipped", out.Skipped)
@@ -507,8 +508,8 @@ func (s *Scanner) logScan(ctx context.Context, namespace, name string, took time
 	if out.Failure != "" {
 		attrs = append(attrs, "failure", out.Failure, "stalled", out.Stalled)
 	}
-	if len(steps) > 0 {
-		attrs = append(attrs, slog.Attr{Key: "steps", Value: slog.GroupValue(steps...)})
+	if st, ok := stepsAttr(ctx); ok {
+		attrs = append(attrs, st)
 	}
 	if err != nil {
 		err = redact.Error(err)
@@ -647,6 +648,7 @@ func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.Ima
 		held, err = s.Store.Get(ctx, key, id)
 		switch {
 		case err == nil:
+			markStep(ctx, "held")
 			hint = notStored(hint, held.Tags)
 		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrCorrupt):
 			// Also ErrOtherIdentity: a list taken for another object or spec is no base, nor
@@ -853,6 +855,7 @@ func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, 
 		confirmed = append(confirmed, tag)
 		digests[tag] = digest
 	}
+	markStep(ctx, "confirmed")
 	var (
 		a   store.Addition
 		err error
