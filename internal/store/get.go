@@ -160,6 +160,9 @@ func (s *Store) txn(ctx context.Context, key string, write bool, fn func(*badger
 	for {
 		if write {
 			err = db.Update(fn)
+			if err == nil {
+				s.flushSoon()
+			}
 		} else {
 			err = db.View(fn)
 		}

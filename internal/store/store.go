@@ -39,6 +39,9 @@ type Store struct {
 	wrote    bool
 	closed   bool
 	closeErr error
+	// flushing is set while a background flush runs, flushAgain when a
+	// write committed during it (flushSoon).
+	flushing, flushAgain bool
 	// opens counts successful opens, for tests.
 	opens int
 	// proofKey is the directory's key, once read (ProofKey).
