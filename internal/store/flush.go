@@ -17,7 +17,7 @@ func (s *Store) flushSoon() {
 		s.flushAgain = true
 		return
 	}
-	if s.state != stateOpen || s.draining {
+	if s.state != stateOpen || s.draining || s.closed {
 		return
 	}
 	s.flushing = true
