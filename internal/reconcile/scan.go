@@ -391,7 +391,6 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	// session, the stored list it adds pushed tags to, the pushed tags confirmed, its tags stored
 	// and its request recorded: where a push's time goes.
 	ctx = withSteps(ctx)
-	mark := func(step string) { markStep(ctx, step) }
 	defer func() {
 		took := now().Sub(start)
 		if repo != nil {
@@ -405,7 +404,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	if repo == nil {
 		return out, err
 	}
-	mark("read")
+	markStep(ctx, "read")
 	if rec == nil {
 		s.haveObject(p)
 	} else if done, ok := rec.whenRecorded(func() { s.haveObject(p) }); done && ok {
@@ -451,7 +450,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		return failed(registry.Reason(err), registry.Stalled(err), err)
 	}
 	defer sc.Close()
-	mark("prepared")
+	markStep(ctx, "prepared")
 
 	res, err := s.storeTags(ctx, sc, repo, id, hint)
 	if err != nil {
@@ -468,7 +467,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		}
 		return out, err
 	}
-	mark("stored")
+	markStep(ctx, "stored")
 	out = res.outcome(repo)
 	// The policies are evaluated from the store, or from the delta, and the repository's spec,
 	// not its status: they hear of the new tags while the status is written.
@@ -476,7 +475,7 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	if ok, err := settle(); !ok {
 		return out, err
 	}
-	mark("recorded")
+	markStep(ctx, "recorded")
 	return out, s.record(ctx, repo, token, id.Image, res, out)
 }
 
