@@ -34,6 +34,7 @@ type config struct {
 	pageSize    int64
 	timeout     time.Duration
 	storeDir    string
+	storeEvery  time.Duration
 	metricsAddr string
 }
 
@@ -53,6 +54,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.Int64Var(&c.pageSize, "page-size", kube.DefaultPageSize, "objects per list call")
 	fs.DurationVar(&c.timeout, "timeout", 50*time.Second, "deadline of one pass")
 	fs.StringVar(&c.storeDir, "store-dir", getenv("REFLECTOR_STORE_DIR"), "Badger tag store whose entries of deleted ImageRepositories each pass removes (default $REFLECTOR_STORE_DIR; none when empty)")
+	fs.DurationVar(&c.storeEvery, "store-every", 10*time.Minute, "how often a pass reads the whole tag store, to rescan repositories whose tags are not stored and remove deleted ones' entries (0: every pass); a pass that lists a store failure reads it whatever this says")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", ":"+function.DefaultMetricsPort, "where the loop serves /metrics (none when empty; --once never serves)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -112,7 +114,8 @@ func run(cfg config, log *slog.Logger) error {
 	}
 	pass := &reconcile.Pass{
 		Kube: c, Scan: scan, Policy: policy,
-		Period: cfg.every, Spread: min(cfg.spread, cfg.every), Concurrency: cfg.concurrency, PageSize: cfg.pageSize, Log: log,
+		Period: cfg.every, StoreEvery: cfg.storeEvery, Spread: min(cfg.spread, cfg.every), Concurrency: cfg.concurrency,
+		PageSize: cfg.pageSize, Log: log,
 	}
 	if cfg.storeDir != "" {
 		// The lease holds the store only while a pass cleans it, so the functions keep it the

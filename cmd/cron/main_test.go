@@ -26,12 +26,12 @@ func TestParseFlags(t *testing.T) {
 		env:  map[string]string{"K_SINK": "http://broker/", "REFLECTOR_STORE_DIR": "/data/tags"},
 		want: config{every: time.Minute, scanURL: "http://broker/", policyURL: "http://broker/",
 			concurrency: 8, spread: 20 * time.Second, pageSize: kube.DefaultPageSize, timeout: 50 * time.Second,
-			storeDir: "/data/tags", metricsAddr: ":9095"},
+			storeDir: "/data/tags", storeEvery: 10 * time.Minute, metricsAddr: ":9095"},
 	}, {
 		name: "flags win over the environment",
 		args: []string{"--once", "--every=5m", "--scan-url=http://scan/", "--policy-url=http://policy/",
 			"--kubeconfig=/kc", "--concurrency=2", "--spread=1s", "--page-size=50", "--timeout=10s",
-			"--store-dir=", "--metrics-addr="},
+			"--store-dir=", "--store-every=0", "--metrics-addr="},
 		env: map[string]string{"K_SINK": "http://broker/", "REFLECTOR_STORE_DIR": "/data/tags"},
 		want: config{once: true, every: 5 * time.Minute, scanURL: "http://scan/", policyURL: "http://policy/",
 			kubeconfig: "/kc", concurrency: 2, spread: time.Second, pageSize: 50, timeout: 10 * time.Second},
@@ -41,7 +41,7 @@ func TestParseFlags(t *testing.T) {
 		env:  map[string]string{"K_SINK": "http://broker/"},
 		want: config{every: time.Minute, scanURL: "http://scan/", policyURL: "http://broker/",
 			concurrency: 8, spread: 20 * time.Second, pageSize: kube.DefaultPageSize, timeout: 50 * time.Second,
-			metricsAddr: ":9095"},
+			storeEvery: 10 * time.Minute, metricsAddr: ":9095"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := parseFlags(tc.args, env(tc.env))

@@ -42,6 +42,12 @@ type Pass struct {
 	Store StoreKeys
 	// Period is the time between passes: a pass answers for what became due since the last.
 	Period time.Duration
+	// StoreEvery is how often a pass reads the whole store, to find the repositories whose tags
+	// are not stored and the entries of repositories that no longer exist; zero means every
+	// pass. Reading the store takes it from the function that holds it, and a push that meets
+	// the hand-over waits for it. A pass that lists an object reporting a store failure reads
+	// the store whatever the period.
+	StoreEvery time.Duration
 	// Spread is the window over which dispatches are spread, so that objects due together do
 	// not reach their registries in the same second.
 	Spread time.Duration
@@ -60,7 +66,9 @@ type Summary struct {
 	Repositories, Policies  int
 	Due, Dispatched, Failed int
 	StoreDeleted            int
-	Duration                time.Duration
+	// StoreRead tells whether the pass read the store's keys.
+	StoreRead bool
+	Duration  time.Duration
 }
 
 // counts names each count of the summary, as the cron metrics label them.
@@ -76,7 +84,8 @@ func (s Summary) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Int("repositories", s.Repositories), slog.Int("policies", s.Policies),
 		slog.Int("due", s.Due), slog.Int("dispatched", s.Dispatched), slog.Int("failed", s.Failed),
-		slog.Int("store_deleted", s.StoreDeleted), slog.Duration("duration", s.Duration),
+		slog.Int("store_deleted", s.StoreDeleted), slog.Bool("store_read", s.StoreRead),
+		slog.Duration("duration", s.Duration),
 	)
 }
 
@@ -103,20 +112,16 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 	var sum Summary
 	var work []dispatch
 
-	// stored holds the keys of the store's entries, when the pass has the store: a repository
-	// whose status shows a scan but whose tags are not stored (the store was lost or emptied,
-	// or the object was migrated from Flux's controller) is scanned now, not at its interval.
-	var stored map[string]bool
-	if p.Store != nil {
-		keys, err := p.Store.Keys(ctx)
-		if err != nil {
-			log.Warn("listing store keys", "error", err)
-		} else {
-			stored = make(map[string]bool, len(keys))
-			for _, k := range keys {
-				stored[k] = true
-			}
-		}
+	// keys reads the store's keys at most once per pass. A store round reads them before the
+	// listings, so that an entry missing from both is of a repository that no longer exists: a
+	// repository that finds its tags not stored is scanned now, not at its interval (the store
+	// was lost or emptied, or the object was migrated from Flux's controller), and the entries of
+	// deleted repositories are removed. Between rounds only an object that reports a store
+	// failure has the store read, to learn whether it answers again.
+	keys := &storeKeys{store: p.Store, log: log}
+	round := p.Store != nil && (p.StoreEvery <= 0 || crossed(w, p.StoreEvery, 0))
+	if round {
+		keys.read(ctx)
 	}
 	// live maps the store key of every ImageRepository to its tag revision; scannable holds
 	// those that may be scanned and are not due already.
@@ -131,10 +136,10 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 		key := StoreKey(r.Namespace, r.Name)
 		live[key] = rev
 		reason := RepositoryDue(r, w)
-		if reason == "" && stored != nil && !stored[key] && unstored(r) {
+		if reason == "" && round && keys.answered() && !keys.has(key) && unstored(r) {
 			reason = DueNotStored
 		}
-		if reason == "" && stored != nil && storeFailed(r.Status.Conditions) {
+		if reason == "" && storeFailed(r.Status.Conditions) && keys.answers(ctx) {
 			// The store answered this pass: the scan that it failed may succeed now.
 			reason = DueStoreBack
 		}
@@ -154,7 +159,7 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 			rev = ""
 		}
 		reason := PolicyDue(pol, rev, w)
-		if reason == "" && stored != nil && storeFailed(pol.Status.Conditions) {
+		if reason == "" && storeFailed(pol.Status.Conditions) && keys.answers(ctx) {
 			reason = DueStoreBack
 		}
 		if reason != "" {
@@ -164,7 +169,7 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 		// A policy that found its repository's stored tags damaged waits for a full listing,
 		// which replaces them; only a scan can write, and none may be due.
 		repoKey := StoreKey(pol.RepositoryNamespace(), pol.Spec.ImageRepositoryRef.Name)
-		if stored != nil && stored[repoKey] && scannable[repoKey] && readDamaged(pol.Status.Conditions) {
+		if scannable[repoKey] && readDamaged(pol.Status.Conditions) && keys.answers(ctx) && keys.has(repoKey) {
 			scannable[repoKey] = false
 			work = append(work, dispatch{to: p.Scan, ceType: events.TypeScanRequested,
 				ref: events.ObjectRef{Namespace: pol.RepositoryNamespace(), Name: pol.Spec.ImageRepositoryRef.Name, Reason: DueStoreDamaged}})
@@ -174,9 +179,10 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 		return sum, fmt.Errorf("listing ImagePolicies: %w", err)
 	}
 	sum.Due = len(work)
+	sum.StoreRead = keys.answered()
 
-	if stored != nil {
-		sum.StoreDeleted = p.cleanStore(ctx, stored, live, log)
+	if round && keys.answered() {
+		sum.StoreDeleted = p.cleanStore(ctx, keys.stored, live, log)
 	}
 
 	for i := range work {
@@ -234,6 +240,43 @@ func (p *Pass) send(ctx context.Context, start time.Time, work []dispatch, now f
 
 // cleanStore deletes the store entries of ImageRepositories that the complete listing did not
 // return. It runs only after both listings succeeded, so a partial view never deletes anything.
+// storeKeys holds the store's keys once a pass has read them.
+type storeKeys struct {
+	store  StoreKeys
+	log    *slog.Logger
+	tried  bool
+	stored map[string]bool
+}
+
+// read reads the keys, once; a failure is logged and leaves the keys unknown for the pass.
+func (k *storeKeys) read(ctx context.Context) {
+	if k.tried || k.store == nil {
+		return
+	}
+	k.tried = true
+	keys, err := k.store.Keys(ctx)
+	if err != nil {
+		k.log.Warn("listing store keys", "error", err)
+		return
+	}
+	k.stored = make(map[string]bool, len(keys))
+	for _, key := range keys {
+		k.stored[key] = true
+	}
+}
+
+// answers reads the keys if the pass has not tried yet, and tells whether the store answered.
+func (k *storeKeys) answers(ctx context.Context) bool {
+	k.read(ctx)
+	return k.answered()
+}
+
+// answered tells whether the keys were read.
+func (k *storeKeys) answered() bool { return k.stored != nil }
+
+// has tells whether key is stored; false when the keys were not read.
+func (k *storeKeys) has(key string) bool { return k.stored[key] }
+
 func (p *Pass) cleanStore(ctx context.Context, stored map[string]bool, live map[string]string, log *slog.Logger) int {
 	n := 0
 	for k := range stored {

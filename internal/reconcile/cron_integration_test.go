@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -450,5 +451,114 @@ func TestCronIntegrationStoreFaults(t *testing.T) {
 		if got := storeBack(policy.names(ns)); !slices.Equal(got, tc.policy) {
 			t.Errorf("policy requests %v, want %v", got, tc.policy)
 		}
+	}
+}
+
+// countingKeys counts the passes' reads of a store's keys.
+type countingKeys struct {
+	*store.Store
+	reads atomic.Int32
+}
+
+func (c *countingKeys) Keys(ctx context.Context) ([]string, error) {
+	c.reads.Add(1)
+	return c.Store.Keys(ctx)
+}
+
+// TestCronIntegrationStoreRounds shows that with StoreEvery a pass reads the store only in a store
+// round, or when it lists an object that reports a store failure, and that only a store round
+// rescans repositories whose tags are not stored and deletes the entries of deleted ones.
+func TestCronIntegrationStoreRounds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: starts etcd and kube-apiserver; run it without -short")
+	}
+	// An apiserver of its own: the shared one holds other tests' store failures, for which any
+	// pass reads the store.
+	ctx := context.Background()
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	env, err := testenv.Start(sctx, testenv.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	c := env.Client(t)
+	ns := env.Namespace(t)
+	st := &countingKeys{Store: store.New(t.TempDir())}
+	defer st.Close()
+	for _, name := range []string{"kept", "migrated"} {
+		if _, err := c.Repositories.Create(ctx, newRepo(ns, name)); err != nil {
+			t.Fatal(err)
+		}
+		markScanned(t, c, ns, name, time.Now())
+	}
+	id := store.Identity{UID: "uid", Image: "ghcr.io/org/kept"}
+	for _, name := range []string{"kept", "deleted"} {
+		if _, _, err := st.Put(ctx, reconcile.StoreKey(ns, name), id, []string{"1.0.0"}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// With a pass a minute and a store round every two, of two minutes in a row one is a
+	// round and the other is not.
+	const every = 2 * time.Minute
+	round, between := time.Now(), time.Now().Add(time.Minute)
+	if round.UnixNano()%int64(every) >= int64(time.Minute) {
+		round, between = between, round
+	}
+	run := func(now time.Time) (reconcile.Summary, []string) {
+		t.Helper()
+		scan, policy := newSink(t), newSink(t)
+		pass := &reconcile.Pass{Kube: c, Scan: scan.sender(t), Policy: policy.sender(t), Store: st,
+			Period: time.Minute, StoreEvery: every, Now: func() time.Time { return now }}
+		sum, err := pass.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sum, scan.names(ns)
+	}
+	deletedStored := func() bool {
+		_, err := st.Get(ctx, reconcile.StoreKey(ns, "deleted"), id)
+		return err == nil
+	}
+
+	sum, scans := run(between)
+	if got := st.reads.Load(); got != 0 || sum.StoreRead {
+		t.Errorf("a pass between rounds with no store failure read the keys %d times (summary %+v)", got, sum)
+	}
+	if len(scans) != 0 || !deletedStored() {
+		t.Errorf("a pass that did not read the store sent %v, kept the deleted entry: %v", scans, deletedStored())
+	}
+
+	// A repository whose last scan the store failed has the store read between rounds, once.
+	if _, err := c.Repositories.Create(ctx, newRepo(ns, "full")); err != nil {
+		t.Fatal(err)
+	}
+	markScanned(t, c, ns, "full", time.Now())
+	if _, err := c.Repositories.UpdateStatus(ctx, ns, "full", func(r *v1.ImageRepository) error {
+		r.Status.Conditions[0].Status, r.Status.Conditions[0].Reason = metav1.ConditionFalse, v1.TagStoreFullReason
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sum, scans = run(between)
+	scans = slices.DeleteFunc(scans, func(n string) bool { return n == "full: "+reconcile.DueRetry })
+	if got := st.reads.Load(); got != 1 || !sum.StoreRead {
+		t.Errorf("a pass listing a store failure read the keys %d times, want 1 (summary %+v)", got, sum)
+	}
+	if want := []string{"full: " + reconcile.DueStoreBack}; !slices.Equal(scans, want) && len(scans) != 0 {
+		t.Errorf("scan requests %v, want %v (or only the retry)", scans, want)
+	}
+	if !deletedStored() || sum.StoreDeleted != 0 {
+		t.Errorf("a pass between rounds deleted entries: %+v", sum)
+	}
+
+	// A round finds the repository whose tags are not stored and loses the deleted entry.
+	sum, scans = run(round)
+	scans = slices.DeleteFunc(scans, func(n string) bool { return strings.HasPrefix(n, "full: ") })
+	if want := []string{"migrated: " + reconcile.DueNotStored}; !slices.Equal(scans, want) {
+		t.Errorf("scan requests of a store round %v, want %v", scans, want)
+	}
+	if got := st.reads.Load(); got != 2 || deletedStored() || sum.StoreDeleted != 1 {
+		t.Errorf("a store round: %d reads in all, deleted entry kept %v, summary %+v", got, deletedStored(), sum)
 	}
 }
