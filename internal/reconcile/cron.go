@@ -124,9 +124,10 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 		keys.read(ctx)
 	}
 	// live maps the store key of every ImageRepository to its tag revision; scannable holds
-	// those that may be scanned and are not due already.
+	// those that may be scanned and are not due already, scanned those whose status shows a
+	// successful scan (unstored).
 	live := map[string]string{}
-	scannable := map[string]bool{}
+	scannable, scanned := map[string]bool{}, map[string]bool{}
 	err := p.listRepositories(ctx, func(r *v1.ImageRepository) {
 		sum.Repositories++
 		rev := "-"
@@ -148,6 +149,7 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 				ref: events.ObjectRef{Namespace: r.Namespace, Name: r.Name, Reason: reason}})
 		}
 		scannable[key] = reason == "" && r.DeletionTimestamp.IsZero() && !r.Spec.Suspend
+		scanned[key] = unstored(r)
 	})
 	if err != nil {
 		return sum, fmt.Errorf("listing ImageRepositories: %w", err)
@@ -167,12 +169,23 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 				ref: events.ObjectRef{Namespace: pol.Namespace, Name: pol.Name, Reason: reason}})
 		}
 		// A policy that found its repository's stored tags damaged waits for a full listing,
-		// which replaces them; only a scan can write, and none may be due.
+		// which replaces them; only a scan can write, and none may be due. When the store was
+		// rebuilt (by this pass's read or before it) the entry is gone, and a repository whose
+		// status shows a scan is listed as a store round would list it.
 		repoKey := StoreKey(pol.RepositoryNamespace(), pol.Spec.ImageRepositoryRef.Name)
-		if scannable[repoKey] && readDamaged(pol.Status.Conditions) && keys.answers(ctx) && keys.has(repoKey) {
-			scannable[repoKey] = false
-			work = append(work, dispatch{to: p.Scan, ceType: events.TypeScanRequested,
-				ref: events.ObjectRef{Namespace: pol.RepositoryNamespace(), Name: pol.Spec.ImageRepositoryRef.Name, Reason: DueStoreDamaged}})
+		if scannable[repoKey] && readDamaged(pol.Status.Conditions) && keys.answers(ctx) {
+			reason := DueStoreDamaged
+			if !keys.has(repoKey) {
+				reason = ""
+				if scanned[repoKey] {
+					reason = DueNotStored
+				}
+			}
+			if reason != "" {
+				scannable[repoKey] = false
+				work = append(work, dispatch{to: p.Scan, ceType: events.TypeScanRequested,
+					ref: events.ObjectRef{Namespace: pol.RepositoryNamespace(), Name: pol.Spec.ImageRepositoryRef.Name, Reason: reason}})
+			}
 		}
 	})
 	if err != nil {
