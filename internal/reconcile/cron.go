@@ -124,8 +124,8 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 		keys.read(ctx)
 	}
 	// live maps the store key of every ImageRepository to its tag revision; scannable holds
-	// those that may be scanned and are not due already, scanned those whose status shows a
-	// successful scan (unstored).
+	// those that may be scanned and are not due already; scanned those whose status shows a
+	// scan whose tags a store must hold (see unstored).
 	live := map[string]string{}
 	scannable, scanned := map[string]bool{}, map[string]bool{}
 	err := p.listRepositories(ctx, func(r *v1.ImageRepository) {
