@@ -107,7 +107,7 @@ fuzz:
 	done
 
 ## bench: run the benchmarks BENCHCOUNT times into BENCHOUT; compare two runs with benchstat.
-bench: testenv
+bench: testenv knative-env
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCHCOUNT) -timeout 60m ./... | tee $(BENCHOUT)
 	$(GO) run golang.org/x/perf/cmd/benchstat@latest $(BENCHOUT)
 
