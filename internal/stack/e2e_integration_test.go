@@ -139,9 +139,9 @@ func TestEndToEndIntegration(t *testing.T) {
 	})
 
 	t.Run("the store forgets a deleted ImageRepository", func(t *testing.T) {
-		// The process that finds the object gone deletes its entry: the cron reconciler's
-		// pass here, as on Knative, where its CronJob mounts the store (and a delete Trigger
-		// tells the scan function at once).
+		// The process that finds the object gone deletes its entry: the scan function, which
+		// the ApiServerSource's delete event tells at once, as on Knative; the cron
+		// reconciler's store round (every ten minutes) sweeps any entry that it missed.
 		if err := s.Kube.Repositories.Delete(ctx, "default", "app"); err != nil {
 			t.Fatal(err)
 		}
