@@ -39,6 +39,8 @@
 //	                      public-good root embedded in sigstore-go)
 //	REFLECTOR_SIGSTORE_TUF_CACHE  a writable directory for the TUF client's cache (default:
 //	                      memory only); fetched on first need, reused for a day
+//	REFLECTOR_OBJECT_CACHE  "false": list a repository's ImagePolicies at every event instead of
+//	                      keeping them in memory as a watch delivers them (the default)
 //	REFLECTOR_REGISTRY_RATE, REFLECTOR_REGISTRY_BURST  as for the scan function: the requests per
 //	                      second to one registry host (default 10) of digest reflection and of
 //	                      signature verification, which costs a signed push three to five
@@ -108,6 +110,10 @@ type Deps struct {
 	// Sigstore fetches the trusted root of keyless verification without a secretRef; nil
 	// leaves such policies Stalled as unsupported.
 	Sigstore *signature.TUFRoot
+	// Policies holds the ImagePolicies as a watch delivers them, indexed by
+	// reconcile.RepositoryIndex, so that an event finds its repository's policies without a
+	// list call; nil lists them at every event.
+	Policies *kube.Cache[*v1.ImagePolicy]
 }
 
 // FromEnv builds Deps from the environment described in the package comment.
@@ -128,7 +134,7 @@ func FromEnv() (*Deps, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Deps{
+	d := &Deps{
 		Kube:     env.Kube,
 		Registry: registry.New(append([]registry.Option{registry.WithCloudAuth(cloud)}, limit...)...),
 		Store:    store.New(env.StoreDir, store.ReadOnly()),
@@ -136,7 +142,15 @@ func FromEnv() (*Deps, error) {
 		Recorder: kube.NewRecorder(env.Kube, "reflector-policy", kube.PostingTo(env.FluxEvents)),
 		Senders:  env.Senders,
 		Sigstore: sigstore,
-	}, nil
+	}
+	if env.CacheObjects {
+		d.Policies = kube.NewCache(env.Kube.Policies, map[string]func(*v1.ImagePolicy) string{
+			reconcile.RepositoryIndex: reconcile.PolicyRepository,
+		})
+		// Until its first listing has arrived, events list the policies as before.
+		d.Policies.Start(context.Background())
+	}
+	return d, nil
 }
 
 // newImageVerifier checks signatures with internal/signature, which only this function links,
@@ -173,9 +187,12 @@ func NewHandler(d *Deps) *Handler {
 		Kube: d.Kube, Store: d.Store, Registry: d.Registry, Recorder: d.Recorder, Log: log,
 		Verifier: newImageVerifier(d.Sigstore),
 	}
-	// A nil *events.Sender in the interface would be non-nil; leave the field unset instead.
+	// A nil pointer in an interface would be non-nil; leave such fields unset instead.
 	if d.Sink != nil {
 		ev.Sink = d.Sink
+	}
+	if d.Policies != nil {
+		ev.Cached = d.Policies
 	}
 	h := &Handler{deps: d, ev: ev, log: log, mux: http.NewServeMux()}
 	work := http.NewServeMux()
@@ -195,6 +212,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // Close closes the recorder and the tag store, so that the next process needs no log replay.
 // Call it after the server has stopped taking requests.
 func (h *Handler) Close() error {
+	h.deps.Policies.Stop()
 	h.deps.Recorder.Shutdown()
 	return h.deps.Store.Close()
 }

@@ -26,6 +26,8 @@
 //	                                10; 0: no limit): a push costs one, so a release wave of N pushes
 //	                                into one registry is confirmed in about N divided by this
 //	REFLECTOR_REGISTRY_BURST        and at once after a quiet period (default 10)
+//	REFLECTOR_OBJECT_CACHE          "false": read the ImageRepositories at every delivery instead
+//	                                of keeping them in memory as a watch delivers them (the default)
 //	K_SINK                          where TagsChanged events go (Knative SinkBinding)
 //	REFLECTOR_EVENTS_ADDR           notification-controller's event receiver (Flux's --events-addr,
 //	                                e.g. http://notification-controller.flux-system.svc.cluster.local./):
@@ -63,6 +65,7 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"golang.org/x/time/rate"
 
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/cloudauth"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/function"
@@ -122,6 +125,10 @@ type Deps struct {
 	Receiver []receiver.Option
 	// Senders verifies the token of each CloudEvents request; nil accepts every request.
 	Senders *tokenreview.Verifier
+	// Repositories holds the ImageRepositories as a watch delivers them, so that a delivery
+	// is matched and its scan starts without a request to the apiserver; nil reads them at
+	// every delivery.
+	Repositories *kube.Cache[*v1.ImageRepository]
 }
 
 // FromEnv builds Deps from the environment described in the package comment.
@@ -161,7 +168,7 @@ func FromEnv() (*Deps, error) {
 		return nil, err
 	}
 	regOpts := append([]registry.Option{registry.WithCloudAuth(cloud)}, limit...)
-	return &Deps{
+	d := &Deps{
 		Kube:     env.Kube,
 		Registry: registry.New(regOpts...),
 		Store:    store.New(env.StoreDir),
@@ -169,7 +176,13 @@ func FromEnv() (*Deps, error) {
 		Recorder: kube.NewRecorder(env.Kube, "reflector-scan", kube.PostingTo(env.FluxEvents)),
 		Receiver: opts,
 		Senders:  env.Senders,
-	}, nil
+	}
+	if env.CacheObjects {
+		d.Repositories = kube.NewCache[*v1.ImageRepository](env.Kube.Repositories, nil)
+		// Until its first listing has arrived, deliveries read the repositories as before.
+		d.Repositories.Start(context.Background())
+	}
+	return d, nil
 }
 
 // Handler holds the scan function's two surfaces over one receiver.
@@ -188,11 +201,15 @@ func NewHandler(d *Deps) *Handler {
 	scanner := &reconcile.Scanner{
 		Kube: d.Kube, Registry: d.Registry, Store: d.Store, Recorder: d.Recorder, Log: log,
 	}
-	// A nil *events.Sender in the interface would be non-nil; leave the field unset instead.
+	opts := append([]receiver.Option{receiver.WithLogger(log)}, d.Receiver...)
+	// A nil pointer in an interface would be non-nil; leave such fields unset instead.
 	if d.Sink != nil {
 		scanner.Sink = d.Sink
 	}
-	opts := append([]receiver.Option{receiver.WithLogger(log)}, d.Receiver...)
+	if d.Repositories != nil {
+		scanner.Cached = d.Repositories
+		opts = append(opts, receiver.WithCachedRepositories(d.Repositories))
+	}
 	return &Handler{deps: d, log: log, receiver: receiver.New(d.Kube, scanner, opts...)}
 }
 
@@ -232,6 +249,7 @@ func (h *Handler) Shutdown(ctx context.Context) error {
 	if err := h.receiver.Shutdown(ctx); err != nil {
 		h.log.Warn("background scans cut short; the cron reconciler completes them", "error", err.Error())
 	}
+	h.deps.Repositories.Stop()
 	h.deps.Recorder.Shutdown()
 	return h.deps.Store.Close()
 }

@@ -31,7 +31,9 @@ type repoEntry struct {
 // created with an image that an older one in scope already has (the cron reconciler scans it
 // as never scanned) and one deleted since (its annotation finds it gone and it is dropped).
 type catalog struct {
-	kube     *kube.Client
+	kube *kube.Client
+	// cached, when set, answers the listings that may come from the watch cache.
+	cached   cachedRepositories
 	ttl      time.Duration
 	pageSize int64
 	now      func() time.Time
@@ -48,8 +50,8 @@ type listing struct {
 	repos []repoEntry
 }
 
-func newCatalog(c *kube.Client, ttl time.Duration, pageSize int64, now func() time.Time) *catalog {
-	return &catalog{kube: c, ttl: ttl, pageSize: pageSize, now: now, scopes: map[string]listing{}}
+func newCatalog(c *kube.Client, cached cachedRepositories, ttl time.Duration, pageSize int64, now func() time.Time) *catalog {
+	return &catalog{kube: c, cached: cached, ttl: ttl, pageSize: pageSize, now: now, scopes: map[string]listing{}}
 }
 
 // repositories returns the ImageRepositories of namespace ("" for all). With fresh, or when
@@ -101,23 +103,24 @@ func (c *catalog) repositories(ctx context.Context, namespace string, fresh bool
 const listTimeout = 30 * time.Second
 
 // list pages through the ImageRepositories of namespace and keeps what matching needs. cached
-// lists from the apiserver's watch cache (resourceVersion 0), which answers at once, where a
-// consistent list waits for the cache to catch up with etcd after a write (about 95 ms); the
-// caller then treats the listing as remembered, possibly stale.
+// takes them from the watch's copies when the catalog has them, else lists the apiserver's
+// watch cache (resourceVersion 0), which answers at once, where a consistent list waits for the
+// cache to catch up with etcd after a write (about 95 ms); either may be a moment behind, and
+// the caller then treats the listing as remembered, possibly stale.
 func (c *catalog) list(ctx context.Context, namespace string, cached bool) ([]repoEntry, error) {
 	var out []repoEntry
+	if cached && c.cached != nil && c.cached.Range(namespace, func(repo *v1.ImageRepository) {
+		out = append(out, newRepoEntry(repo))
+	}) {
+		return out, nil
+	}
 	opts := metav1.ListOptions{Limit: c.pageSize}
 	if cached {
 		opts.ResourceVersion = "0"
 	}
 	err := c.kube.Repositories.Pages(ctx, namespace, opts, func(page *v1.ImageRepositoryList) error {
 		for i := range page.Items {
-			repo := &page.Items[i]
-			e := repoEntry{namespace: repo.Namespace, name: repo.Name, suspended: repo.Spec.Suspend, timeout: repo.GetTimeout()}
-			if key, err := imagename.KeyOf(repo.Spec.Image); err == nil {
-				e.key = key
-			}
-			out = append(out, e)
+			out = append(out, newRepoEntry(&page.Items[i]))
 		}
 		return nil
 	})
@@ -125,4 +128,13 @@ func (c *catalog) list(ctx context.Context, namespace string, cached bool) ([]re
 		return nil, fmt.Errorf("listing ImageRepositories: %w", err)
 	}
 	return out, nil
+}
+
+// newRepoEntry keeps what matching needs of repo.
+func newRepoEntry(repo *v1.ImageRepository) repoEntry {
+	e := repoEntry{namespace: repo.Namespace, name: repo.Name, suspended: repo.Spec.Suspend, timeout: repo.GetTimeout()}
+	if key, err := imagename.KeyOf(repo.Spec.Image); err == nil {
+		e.key = key
+	}
+	return e
 }

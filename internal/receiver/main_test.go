@@ -49,8 +49,9 @@ type fixture struct {
 	recv    *receiver.Receiver
 	srv     *httptest.Server
 	logs    *testenv.LogBuffer
-	// lists counts the ImageRepository list calls the fixture's clients made.
-	lists atomic.Int64
+	// lists counts the ImageRepository list calls the fixture's clients made, and reads their
+	// reads of one ImageRepository.
+	lists, reads atomic.Int64
 }
 
 // newFixture starts the fixture. Its registry client dials the test registry for every host,
@@ -60,10 +61,17 @@ func newFixture(t testing.TB, opts ...receiver.Option) *fixture {
 	t.Helper()
 	env := testenv.Kube(t)
 	f := &fixture{env: env, reg: testenv.NewRegistry(t), store: store.New(t.TempDir()), logs: &testenv.LogBuffer{}}
-	// Counts the ImageRepository list calls.
+	// Counts the ImageRepository list calls and reads.
 	c := env.ClientSeeing(t, nil, func(req *http.Request) {
-		if req.Method == http.MethodGet && strings.HasSuffix(strings.TrimSuffix(req.URL.Path, "/"), "/"+v1.ImageRepositoryResource) {
+		if req.Method != http.MethodGet {
+			return
+		}
+		path := strings.TrimSuffix(req.URL.Path, "/")
+		switch {
+		case strings.HasSuffix(path, "/"+v1.ImageRepositoryResource):
 			f.lists.Add(1)
+		case strings.Contains(path, "/"+v1.ImageRepositoryResource+"/"):
+			f.reads.Add(1)
 		}
 	})
 	f.kube = c

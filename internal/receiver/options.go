@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/kube"
 )
 
@@ -49,6 +50,7 @@ type config struct {
 	secretTTL     time.Duration
 	pageSize      int64
 	matchTTL      time.Duration
+	cached        cachedRepositories
 	log           *slog.Logger
 	now           func() time.Time
 }
@@ -108,6 +110,20 @@ const DefaultMatchTTL = time.Second
 // something in it; zero lists for every delivery.
 func WithMatchTTL(d time.Duration) Option {
 	return func(c *config) { c.matchTTL = max(d, 0) }
+}
+
+// cachedRepositories holds ImageRepositories as a watch delivers them (kube.Cache): Range calls
+// each with every one of namespace ("" for all), which each must neither change nor keep; ok is
+// false when it cannot answer yet.
+type cachedRepositories interface {
+	Range(namespace string, each func(*v1.ImageRepository)) (ok bool)
+}
+
+// WithCachedRepositories makes matching take the ImageRepositories from a watch's copies
+// (kube.Cache) instead of listing the apiserver's watch cache, once they can answer. A delivery
+// that matches nothing there is still checked against a consistent listing.
+func WithCachedRepositories(c cachedRepositories) Option {
+	return func(cfg *config) { cfg.cached = c }
 }
 
 // WithLogger sets where the one line per answer goes; the default is slog.Default().

@@ -71,7 +71,7 @@ func New(c *kube.Client, s Scanner, opts ...Option) *Receiver {
 		kube:    c,
 		scanner: s,
 		cfg:     cfg,
-		repos:   newCatalog(c, cfg.matchTTL, cfg.pageSize, cfg.now),
+		repos:   newCatalog(c, cfg.cached, cfg.matchTTL, cfg.pageSize, cfg.now),
 		secrets: newReceivers(c, cfg.secretTTL, cfg.pageSize, cfg.now),
 		decoy:   decoySecret(),
 		limits:  newLimiters(cfg.rate, cfg.burst),

@@ -108,6 +108,9 @@ type Evaluator struct {
 	PageSize int64
 	// Verifier builds the signature checks of policies with spec.verify; nil fails them.
 	Verifier NewImageVerifier
+	// Cached, when set, finds the ImagePolicies of a repository without a list call (a watch's
+	// copies); until it can answer, and without it, they are listed from the watch cache.
+	Cached CachedPolicies
 
 	mu   sync.Mutex
 	done map[string]policyInputs

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -677,9 +679,53 @@ func TestEvaluateIntegrationRefusingSinkIsNotFatal(t *testing.T) {
 
 // TestEvaluateIntegrationRepository evaluates every policy of one repository, in any
 // namespace, through paginated lists, and leaves the policies of other repositories alone.
+//
+// It runs twice: with the policies listed from the apiserver's watch cache at every call, and
+// with them kept by a watch (Evaluator.Cached), when no call lists them.
 func TestEvaluateIntegrationRepository(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cached=%v", cached), func(t *testing.T) { testEvaluateRepository(t, cached) })
+	}
+}
+
+func testEvaluateRepository(t *testing.T, cached bool) {
 	f := newEvalFixture(t)
 	f.ev.PageSize = 2
+	// The evaluator's client counts its lists of ImagePolicies.
+	var lists atomic.Int64
+	f.ev.Kube = f.env.ClientSeeing(t, nil, func(req *http.Request) {
+		if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/"+v1.ImagePolicyResource) {
+			lists.Add(1)
+		}
+	})
+	var copies *kube.Cache[*v1.ImagePolicy]
+	if cached {
+		copies = kube.NewCache(f.kube.Policies, map[string]func(*v1.ImagePolicy) string{
+			reconcile.RepositoryIndex: reconcile.PolicyRepository,
+		})
+		copies.Start(t.Context())
+		t.Cleanup(copies.Stop)
+		f.ev.Cached = copies
+	}
+	// hold waits until the apiserver's watch cache, and the copies when there are, hold the
+	// policies as they are now.
+	hold := func(policies ...string) {
+		t.Helper()
+		f.cached(t, policies...)
+		if copies == nil {
+			return
+		}
+		testenv.Eventually(t, 10*time.Second, func() error {
+			for _, key := range policies {
+				ns, name, _ := strings.Cut(key, "/")
+				want := f.get(t, ns, name).ResourceVersion
+				if got, ok := copies.Get(ns, name); !ok || got.ResourceVersion != want {
+					return fmt.Errorf("the copy of %s is not at %s yet", key, want)
+				}
+			}
+			return nil
+		})
+	}
 	blue := f.env.Namespace(t, map[string]string{"team": "blue"})
 	red := f.env.Namespace(t, map[string]string{"team": "red"})
 	f.repo(t, f.ns, "shared", "ghcr.io/org/shared", func(r *v1.ImageRepository) {
@@ -695,7 +741,7 @@ func TestEvaluateIntegrationRepository(t *testing.T) {
 	f.policy(t, blue, "d", v1.ImagePolicySpec{ImageRepositoryRef: cross, Policy: alphabetical(v1.OrderDesc)})
 	f.policy(t, red, "e", v1.ImagePolicySpec{ImageRepositoryRef: cross, Policy: semver("*")})
 	f.policy(t, blue, "f", v1.ImagePolicySpec{ImageRepositoryRef: refTo("shared"), Policy: semver("*")})
-	f.cached(t, f.ns+"/a", f.ns+"/b", f.ns+"/c", blue+"/d", red+"/e", blue+"/f")
+	hold(f.ns+"/a", f.ns+"/b", f.ns+"/c", blue+"/d", red+"/e", blue+"/f")
 
 	outs, err := f.ev.EvaluateRepository(context.Background(), f.ns, "shared")
 	if err != nil {
@@ -731,7 +777,7 @@ func TestEvaluateIntegrationRepository(t *testing.T) {
 	}
 
 	// The second pass is about the same tags once the cache holds the statuses just written.
-	f.cached(t, f.ns+"/a", f.ns+"/b", blue+"/d", red+"/e")
+	hold(f.ns+"/a", f.ns+"/b", blue+"/d", red+"/e")
 	outs, err = f.ev.EvaluateRepository(context.Background(), f.ns, "shared")
 	if err != nil {
 		t.Fatal(err)
@@ -740,6 +786,9 @@ func TestEvaluateIntegrationRepository(t *testing.T) {
 		if o.Result == reconcile.PolicySucceeded {
 			t.Errorf("second pass with the same tags evaluated %s/%s again", o.Namespace, o.Name)
 		}
+	}
+	if n := lists.Load(); cached && n != 0 || !cached && n == 0 {
+		t.Errorf("the evaluations listed the ImagePolicies %d times (cached: %v)", n, cached)
 	}
 }
 

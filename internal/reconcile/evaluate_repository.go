@@ -36,15 +36,9 @@ func (e *Evaluator) evaluateRepository(ctx context.Context, w *policyWorld, repo
 	var prefetch sync.WaitGroup
 	prefetch.Go(func() { w.prefetch(ctx, repoNamespace, repoName) })
 	defer prefetch.Wait()
-	// The CRD declares spec.imageRepositoryRef.name a selectable field, so the apiserver sends
-	// only the policies that refer to a repository of that name. Flux's own CRD does not; with
-	// it installed the selector is refused and every policy is listed.
-	pols, err := e.policies(ctx, fields.OneTermEqualSelector(RepositoryRefField, repoName).String(), keep)
-	if apierrors.IsBadRequest(err) {
-		pols, err = e.policies(ctx, "", keep)
-	}
+	pols, err := e.referring(ctx, repoNamespace, repoName, keep)
 	if err != nil {
-		return nil, fmt.Errorf("listing ImagePolicies: %w", err)
+		return nil, err
 	}
 	outs, err := e.evaluateAll(ctx, w, pols)
 	prefetch.Wait()
@@ -71,6 +65,30 @@ func (e *Evaluator) evaluateFresh(ctx context.Context, w *policyWorld, pol *v1.I
 		w = w.again()
 	}
 	return e.evaluate(ctx, w, fresh)
+}
+
+// referring returns the ImagePolicies that refer to the repository repoNamespace/repoName (keep
+// tells them), from the evaluator's cached copies when it has them, else from a listing. Both
+// are the apiserver's watch cache: a policy created a moment ago may be missing, and is
+// evaluated by its own ApiServerSource event or the cron reconciler; one whose spec or status
+// changed meanwhile is not written with an outcome of what was read (evaluateFresh, advance).
+func (e *Evaluator) referring(ctx context.Context, repoNamespace, repoName string, keep func(*v1.ImagePolicy) bool) ([]*v1.ImagePolicy, error) {
+	if e.Cached != nil {
+		if pols, ok := e.Cached.Indexed(RepositoryIndex, StoreKey(repoNamespace, repoName)); ok {
+			return slices.DeleteFunc(pols, func(p *v1.ImagePolicy) bool { return !keep(p) }), nil
+		}
+	}
+	// The CRD declares spec.imageRepositoryRef.name a selectable field, so the apiserver sends
+	// only the policies that refer to a repository of that name. Flux's own CRD does not; with
+	// it installed the selector is refused and every policy is listed.
+	pols, err := e.policies(ctx, fields.OneTermEqualSelector(RepositoryRefField, repoName).String(), keep)
+	if apierrors.IsBadRequest(err) {
+		pols, err = e.policies(ctx, "", keep)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing ImagePolicies: %w", err)
+	}
+	return pols, nil
 }
 
 // RepositoryRefField is the ImagePolicy field that the CRD makes selectable.

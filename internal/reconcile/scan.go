@@ -102,6 +102,10 @@ type Scanner struct {
 	Now func() time.Time
 	// Log receives one line per scan; nil means slog.Default().
 	Log *slog.Logger
+	// Cached, when set, holds the copies that a scan beside its request's patch starts from (a
+	// watch's, as the watch cache holds them) without a read; until it can answer, and
+	// without it, the scan reads the watch cache.
+	Cached CachedRepositories
 
 	mu      sync.Mutex
 	running map[string]*pending
@@ -533,6 +537,12 @@ func (s *Scanner) readRepository(ctx context.Context, namespace, name string, re
 		// latestRef. A copy from before an edit is harmless: the status is written against the
 		// object the patch returns, only when it is the one scanned (Scanner.recorded), and the
 		// policies advance by a delta only for the identity they read themselves.
+		if s.Cached != nil {
+			if cached, ok := s.Cached.Get(namespace, name); ok {
+				got = cached
+				break
+			}
+		}
 		got, err = s.Kube.Repositories.GetCached(ctx, namespace, name)
 		if apierrors.IsNotFound(err) {
 			// The cache may not know an object created a moment ago.
