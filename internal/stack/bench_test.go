@@ -139,6 +139,19 @@ func newPushBench(b *testing.B, tags int, limit string) *pushBench {
 	return pb
 }
 
+// collections returns the garbage collections each function has run so far (the count of its
+// go_gc_duration_seconds), keyed scan and policy.
+func collections(b *testing.B, s *stack.Stack) map[string]float64 {
+	b.Helper()
+	out := map[string]float64{}
+	for _, c := range []string{stack.Scan, stack.Policy} {
+		for _, m := range testenv.Scrape(b, s.Metrics[c])["go_gc_duration_seconds"].GetMetric() {
+			out[c] += float64(m.GetSummary().GetSampleCount())
+		}
+	}
+	return out
+}
+
 // registryRate is the functions' setting of REFLECTOR_REGISTRY_RATE for a benchmark's limit:
 // requests a second per registry host, "none" for no limit.
 func registryRate(limit string) string {
@@ -192,7 +205,7 @@ var seenBy = flag.String("seen", "poll", "how BenchmarkPushToLatest sees latestR
 func (pb *pushBench) run(b *testing.B) {
 	s := pb.s
 	var viaRegistry, viaWebhook []time.Duration
-	var traces []pushTrace
+	var traces, registryPushes []pushTrace
 	seen := func(name, tag string, start time.Time) time.Duration {
 		waitForPolicy(b, s, name, tag)
 		return time.Since(start)
@@ -209,6 +222,7 @@ func (pb *pushBench) run(b *testing.B) {
 	}
 	writesBefore := apiserverWrites(b, s)
 	waitsBefore := storeWaits(b, s)
+	cpuBefore, gcBefore := waveCPU(b, s), collections(b, s)
 	b.ResetTimer()
 	for range b.N {
 		pb.pushed++
@@ -217,13 +231,15 @@ func (pb *pushBench) run(b *testing.B) {
 			b.Fatal(err)
 		}
 		start := time.Now()
-		viaRegistry = append(viaRegistry, seen("stable", tag, start))
+		took := seen("stable", tag, start)
+		viaRegistry = append(viaRegistry, took)
+		registryPushes = append(registryPushes, pushTrace{sent: start, seen: took, id: tag})
 
 		pb.direct.Push(b, "bench/direct", tag)
 		start = time.Now()
 		id := hook(b, s, pb.directImage, "bench/direct", tag, fmt.Sprintf("bench-%d", pb.pushed))
 		answered := time.Since(start)
-		took := seen("direct", tag, start)
+		took = seen("direct", tag, start)
 		viaWebhook = append(viaWebhook, took)
 		traces = append(traces, pushTrace{sent: start, answered: answered, seen: took, id: id})
 	}
@@ -238,6 +254,12 @@ func (pb *pushBench) run(b *testing.B) {
 		return n
 	})
 	pushes := float64(2 * b.N)
+	for k, v := range waveCPU(b, s) {
+		b.ReportMetric((v-cpuBefore[k])*1000/pushes, k+"_cpu_ms/push")
+	}
+	for k, v := range collections(b, s) {
+		b.ReportMetric((v-gcBefore[k])/pushes, k+"_gc/push")
+	}
 	writes := apiserverWrites(b, s)
 	total := 0.0
 	for k, v := range writes {
@@ -267,6 +289,44 @@ func (pb *pushBench) run(b *testing.B) {
 	reportPercentiles(b, "registry", viaRegistry)
 	reportPercentiles(b, "webhook", viaWebhook)
 	reportSteps(b, s, traces)
+	logSlowRegistry(b, s, registryPushes)
+}
+
+// logSlowRegistry logs, for the slowest pushes through docker-registry's notifications (those
+// above their p99 and at least the slowest one; their id is the pushed tag), what the scan and
+// policy functions logged from the end of the push until latestRef was seen: these pushes carry
+// no trace id the benchmark knows, so their lines are found by time.
+func logSlowRegistry(b *testing.B, s *stack.Stack, pushes []pushTrace) {
+	b.Helper()
+	slow := slices.SortedFunc(slices.Values(pushes), func(x, y pushTrace) int { return cmp.Compare(y.seen, x.seen) })
+	for _, p := range slow[:max(1, len(slow)/100)] {
+		var lines []string
+		for _, c := range []string{stack.Scan, stack.Policy} {
+			readLog(b, s.Log(c), func(line map[string]any) {
+				at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(line["time"]))
+				if err != nil || at.Before(p.sent) || at.After(p.sent.Add(p.seen)) {
+					return
+				}
+				text := fmt.Sprintf("%.1f %s %v %v", ms(at.Sub(p.sent)), c, line["msg"], line["name"])
+				for _, k := range []string{"duration", "outcome", "skipped", "type", "steps", "error"} {
+					if v, ok := line[k]; ok {
+						if d, isNum := v.(float64); isNum && k == "duration" {
+							v = fmt.Sprintf("%.1fms", d/1e6)
+						}
+						text += fmt.Sprintf(" %s=%v", k, v)
+					}
+				}
+				lines = append(lines, text)
+			})
+		}
+		slices.SortFunc(lines, func(x, y string) int {
+			a, _ := strconv.ParseFloat(strings.Fields(x)[0], 64)
+			c, _ := strconv.ParseFloat(strings.Fields(y)[0], 64)
+			return cmp.Compare(a, c)
+		})
+		b.Logf("slow registry push of %s: seen %.1f ms after the push; the functions' lines (ms after the push):\n%s",
+			p.id, ms(p.seen), strings.Join(lines, "\n"))
+	}
 }
 
 // reportPercentiles reports the median and the 99th percentile of d, in milliseconds, as
