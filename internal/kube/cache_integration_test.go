@@ -96,11 +96,11 @@ func TestCacheIntegration(t *testing.T) {
 		if got := names("repository", ns+"/app"); !slices.Equal(got, []string{"after", "before"}) {
 			return fmt.Errorf("policies of app: %v", got)
 		}
+		if got := names("repository", ns+"/web"); !slices.Equal(got, []string{"other"}) {
+			return fmt.Errorf("policies of web: %v", got)
+		}
 		return nil
 	})
-	if got := names("repository", ns+"/web"); !slices.Equal(got, []string{"other"}) {
-		t.Errorf("policies of web: %v", got)
-	}
 	if all, ok := pc.List(ns); !ok || len(all) != 3 {
 		t.Errorf("the namespace's policies: %d, %v", len(all), ok)
 	}
