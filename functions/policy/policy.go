@@ -39,8 +39,9 @@
 //	                      public-good root embedded in sigstore-go)
 //	REFLECTOR_SIGSTORE_TUF_CACHE  a writable directory for the TUF client's cache (default:
 //	                      memory only); fetched on first need, reused for a day
-//	REFLECTOR_OBJECT_CACHE  "false": list a repository's ImagePolicies at every event instead of
-//	                      keeping them in memory as a watch delivers them (the default)
+//	REFLECTOR_OBJECT_CACHE  "false": list a repository's ImagePolicies and read the repository at
+//	                      every event instead of keeping both in memory as a watch delivers
+//	                      them (the default)
 //	REFLECTOR_REGISTRY_RATE, REFLECTOR_REGISTRY_BURST  as for the scan function: the requests per
 //	                      second to one registry host (default 10) of digest reflection and of
 //	                      signature verification, which costs a signed push three to five
@@ -114,6 +115,10 @@ type Deps struct {
 	// reconcile.RepositoryIndex, so that an event finds its repository's policies without a
 	// list call; nil lists them at every event.
 	Policies *kube.Cache[*v1.ImagePolicy]
+	// Repositories holds the ImageRepositories as a watch delivers them, from which the
+	// policies of a repository's own namespace are advanced by a delta without a read of the
+	// repository (reconcile.Evaluator.Repositories); nil reads it at every event.
+	Repositories *kube.Cache[*v1.ImageRepository]
 }
 
 // FromEnv builds Deps from the environment described in the package comment.
@@ -147,8 +152,10 @@ func FromEnv() (*Deps, error) {
 		d.Policies = kube.NewCache(env.Kube.Policies, map[string]func(*v1.ImagePolicy) string{
 			reconcile.RepositoryIndex: reconcile.PolicyRepository,
 		})
-		// Until its first listing has arrived, events list the policies as before.
+		d.Repositories = kube.NewCache[*v1.ImageRepository](env.Kube.Repositories, nil)
+		// Until their first listings have arrived, events read as before.
 		d.Policies.Start(context.Background())
+		d.Repositories.Start(context.Background())
 	}
 	return d, nil
 }
@@ -194,6 +201,9 @@ func NewHandler(d *Deps) *Handler {
 	if d.Policies != nil {
 		ev.Cached = d.Policies
 	}
+	if d.Repositories != nil {
+		ev.Repositories = d.Repositories
+	}
 	h := &Handler{deps: d, ev: ev, log: log, mux: http.NewServeMux()}
 	work := http.NewServeMux()
 	work.HandleFunc("POST /evaluate", h.evaluate)
@@ -213,6 +223,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // Call it after the server has stopped taking requests.
 func (h *Handler) Close() error {
 	h.deps.Policies.Stop()
+	h.deps.Repositories.Stop()
 	h.deps.Recorder.Shutdown()
 	return h.deps.Store.Close()
 }

@@ -111,6 +111,10 @@ type Evaluator struct {
 	// Cached, when set, finds the ImagePolicies of a repository without a list call (a watch's
 	// copies); until it can answer, and without it, they are listed from the watch cache.
 	Cached CachedPolicies
+	// Repositories, when set, holds the watched copies of the ImageRepositories, from which a
+	// policy of a repository's own namespace is advanced by a delta of the identity its copy
+	// shows, without a consistent read of the repository (policyWorld.fromCopy).
+	Repositories CachedRepositories
 
 	mu   sync.Mutex
 	done map[string]policyInputs
@@ -206,7 +210,7 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	token, _ := kube.ReconcileRequest(pol.Annotations)
 
 	repoNS, repoName := pol.RepositoryNamespace(), pol.Spec.ImageRepositoryRef.Name
-	repo, err := w.repository(ctx, repoNS, repoName)
+	repo, err := w.repositoryFor(ctx, pol, repoNS, repoName)
 	if apierrors.IsNotFound(err) {
 		return e.fail(ctx, pol, token, v1.DependencyNotReadyReason, false, fmt.Errorf(
 			"failed to get the referred ImageRepository: referenced %s %s/%s does not exist",

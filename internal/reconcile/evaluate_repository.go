@@ -32,13 +32,21 @@ func (e *Evaluator) evaluateRepository(ctx context.Context, w *policyWorld, repo
 	keep := func(p *v1.ImagePolicy) bool {
 		return p.RepositoryNamespace() == repoNamespace && p.Spec.ImageRepositoryRef.Name == repoName
 	}
-	// The repository and the revision of its tags are read while the policies are listed.
+	// The repository and the revision of its tags are read while the policies are listed. With
+	// the policies in the watched copies there is no listing to wait for, and the read is left
+	// out when every policy works from the watched repository (policyWorld.fromCopy).
 	var prefetch sync.WaitGroup
-	prefetch.Go(func() { w.prefetch(ctx, repoNamespace, repoName) })
 	defer prefetch.Wait()
+	fetch := func() { prefetch.Go(func() { w.prefetch(ctx, repoNamespace, repoName) }) }
+	if e.Cached == nil {
+		fetch()
+	}
 	pols, err := e.referring(ctx, repoNamespace, repoName, keep)
 	if err != nil {
 		return nil, err
+	}
+	if e.Cached != nil && w.needsRead(pols, repoNamespace, repoName) {
+		fetch()
 	}
 	outs, err := e.evaluateAll(ctx, w, pols)
 	prefetch.Wait()

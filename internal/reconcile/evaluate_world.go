@@ -27,6 +27,7 @@ type policyWorld struct {
 	// the tags of only the repositories it is working on.
 	users      map[string]int
 	repos      map[string]*lazyValue[*v1.ImageRepository]
+	copies     map[string]*lazyValue[*v1.ImageRepository]
 	namespaces map[string]*lazyValue[labels.Set]
 	revisions  map[string]*lazyValue[string]
 	entries    map[string]*lazyValue[store.Entry]
@@ -55,6 +56,7 @@ func (e *Evaluator) newPolicyWorld(ctx context.Context) *policyWorld {
 		e: e, ctx: ctx, wait: wait,
 		users:      map[string]int{},
 		repos:      map[string]*lazyValue[*v1.ImageRepository]{},
+		copies:     map[string]*lazyValue[*v1.ImageRepository]{},
 		namespaces: map[string]*lazyValue[labels.Set]{},
 		revisions:  map[string]*lazyValue[string]{},
 		entries:    map[string]*lazyValue[store.Entry]{},
@@ -85,6 +87,7 @@ func (w *policyWorld) release(key string) {
 	}
 	delete(w.users, key)
 	delete(w.repos, key)
+	delete(w.copies, key)
 	delete(w.revisions, key)
 	delete(w.entries, key)
 }
@@ -106,6 +109,53 @@ func (w *policyWorld) repository(ctx context.Context, namespace, name string) (*
 	return load(w, w.repos, StoreKey(namespace, name), func() (*v1.ImageRepository, error) {
 		return w.e.Kube.Repositories.Get(ctx, namespace, name)
 	})
+}
+
+// repositoryFor returns the repository that the evaluation of pol works from: the watched copy
+// when fromCopy offers it for pol, else a consistent read (repository).
+func (w *policyWorld) repositoryFor(ctx context.Context, pol *v1.ImagePolicy, namespace, name string) (*v1.ImageRepository, error) {
+	if pol.Namespace == namespace {
+		if repo := w.fromCopy(namespace, name); repo != nil {
+			return repo, nil
+		}
+	}
+	return w.repository(ctx, namespace, name)
+}
+
+// fromCopy returns the evaluator's watched copy of the repository namespace/name when the
+// policies of its own namespace may be evaluated from it instead of a consistent read: the event
+// carries a delta, and the copy shows the identity (object, image, exclusion list) the delta was
+// added for. A copy a moment behind an edit of that identity is healed by the edit itself: its
+// scan lists the tags for the new identity and announces them without a delta, and every policy
+// is then evaluated from the store, with a status write conditional on the revision the advance
+// wrote. A policy of another namespace never uses it: whether accessFrom lets it in is read
+// consistently. nil when there is no such copy.
+func (w *policyWorld) fromCopy(namespace, name string) *v1.ImageRepository {
+	if w.delta == nil || w.e.Repositories == nil {
+		return nil
+	}
+	repo, _ := load(w, w.copies, StoreKey(namespace, name), func() (*v1.ImageRepository, error) {
+		repo, ok := w.e.Repositories.Get(namespace, name)
+		if !ok {
+			return nil, nil
+		}
+		if id, err := RepositoryIdentity(repo); err != nil || id != w.delta.id {
+			return nil, nil
+		}
+		return repo, nil
+	})
+	return repo
+}
+
+// needsRead tells whether an evaluation of one of pols, the policies of the repository
+// namespace/name, reads the repository consistently rather than from the watched copy.
+func (w *policyWorld) needsRead(pols []*v1.ImagePolicy, namespace, name string) bool {
+	for _, p := range pols {
+		if p.Namespace != namespace {
+			return true
+		}
+	}
+	return w.fromCopy(namespace, name) == nil
 }
 
 // prefetch reads the repository namespace/name and the revision of its stored tags, as the

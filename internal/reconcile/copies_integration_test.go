@@ -1,0 +1,161 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/events"
+	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/testenv"
+)
+
+// With the ImageRepositories in watched copies (Evaluator.Repositories), a push's delta advances
+// the policies of the repository's own namespace without reading the repository, while a
+// policy of another namespace still reads it, for its accessFrom.
+func TestAdvanceIntegrationFromWatchedRepository(t *testing.T) {
+	f := newEvalFixture(t)
+	const image = "ghcr.io/org/app"
+	other := f.env.Namespace(t)
+	f.repo(t, f.ns, "app", image, func(r *v1.ImageRepository) {
+		r.Spec.AccessFrom = &v1.AccessFrom{NamespaceSelectors: []v1.NamespaceSelector{{MatchLabels: map[string]string{}}}}
+	})
+	f.put(t, f.ns, "app", "1.0.0", "1.2.0")
+	spec := v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver(">=1.0.0"), DigestReflectionPolicy: v1.ReflectNever}
+	f.policy(t, f.ns, "own", spec)
+	spec.ImageRepositoryRef.Namespace = f.ns
+	f.policy(t, other, "cross", spec)
+	for _, p := range []struct{ ns, name string }{{f.ns, "own"}, {other, "cross"}} {
+		if out := f.evaluate(t, p.ns, p.name); out.Result != reconcile.PolicySucceeded {
+			t.Fatalf("first evaluation of %s: %+v", p.name, out)
+		}
+	}
+	f.cached(t, f.ns+"/own", other+"/cross")
+
+	repos := kube.NewCache[*v1.ImageRepository](f.kube.Repositories, nil)
+	repos.Start(t.Context())
+	t.Cleanup(repos.Stop)
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if _, ok := repos.Get(f.ns, "app"); !ok {
+			return errors.New("the copies do not hold the repository yet")
+		}
+		return nil
+	})
+	ev := f.storeless(t)
+	ev.Repositories = repos
+	reads := countRepositoryReads(t, f, ev)
+
+	c := f.add(t, f.ns, "app", "1.3.0")
+	outs, err := ev.EvaluateChange(context.Background(), c)
+	if err != nil || len(outs) != 2 {
+		t.Fatalf("EvaluateChange = %+v, %v", outs, err)
+	}
+	for _, p := range []struct{ ns, name string }{{f.ns, "own"}, {other, "cross"}} {
+		if got := f.get(t, p.ns, p.name); got.Status.LatestRef.Tag != "1.3.0" || evaluatedRevision(got) != c.Revision {
+			t.Errorf("%s: latestRef %s at %q, want 1.3.0 at %q", p.name, refString(got.Status.LatestRef), evaluatedRevision(got), c.Revision)
+		}
+	}
+	// The policy of another namespace read the repository once; its own namespace's did not.
+	if n := reads.Load(); n != 1 {
+		t.Errorf("%d reads of the repository, want 1 (the policy of another namespace's)", n)
+	}
+}
+
+// A watched copy a moment behind an edit of the repository's image can advance a policy by the
+// old identity's delta; the edit's own scan, which lists the tags for the new identity and
+// announces them without a delta, brings latestRef to the new image: the race never ends with
+// an outcome of the old spec.
+func TestAdvanceIntegrationStaleCopyHeals(t *testing.T) {
+	f := newEvalFixture(t)
+	const oldImage, newImage = "ghcr.io/org/old", "ghcr.io/org/new"
+	before := f.repo(t, f.ns, "moved", oldImage)
+	f.put(t, f.ns, "moved", "1.0.0", "1.2.0")
+	f.policy(t, f.ns, "moved", v1.ImagePolicySpec{ImageRepositoryRef: refTo("moved"), Policy: semver(">=1.0.0"),
+		DigestReflectionPolicy: v1.ReflectNever})
+	if out := f.evaluate(t, f.ns, "moved"); out.Result != reconcile.PolicySucceeded {
+		t.Fatalf("first evaluation: %+v", out)
+	}
+	f.cached(t, f.ns+"/moved")
+
+	// The scan of a push read the repository before its image was edited.
+	c := f.add(t, f.ns, "moved", "1.3.0")
+	edited := f.getRepo(t, f.ns, "moved")
+	edited.Spec.Image = newImage
+	edited, err := f.kube.Repositories.Update(context.Background(), edited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := f.storeless(t)
+	ev.Repositories = staleCopies{before}
+	if _, err := ev.EvaluateChange(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.get(t, f.ns, "moved").Status.LatestRef; got.Name != oldImage || got.Tag != "1.3.0" {
+		t.Fatalf("the stale copy's advance: latestRef %s, want %s:1.3.0", refString(got), oldImage)
+	}
+
+	// The edit's scan: the tags of the new image, listed for its identity, announced without a
+	// delta.
+	f.ids[reconcile.StoreKey(f.ns, "moved")] = identity(t, edited)
+	f.put(t, f.ns, "moved", "2.0.0", "2.1.0")
+	f.cached(t, f.ns+"/moved")
+	healed := f.evaluator(t)
+	healed.Repositories = staleCopies{before}
+	rev := f.revision(t, f.ns, "moved")
+	if _, err := healed.EvaluateChange(context.Background(), events.TagsChanged{Namespace: f.ns, Name: "moved", Revision: rev}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.get(t, f.ns, "moved").Status.LatestRef; got.Name != newImage || got.Tag != "2.1.0" {
+		t.Fatalf("after the edit's scan: latestRef %s, want %s:2.1.0", refString(got), newImage)
+	}
+}
+
+// staleCopies answers every repository with repo, as watched copies that have not yet seen an
+// edit would.
+type staleCopies struct{ repo *v1.ImageRepository }
+
+func (s staleCopies) Get(namespace, name string) (*v1.ImageRepository, bool) {
+	if namespace != s.repo.Namespace || name != s.repo.Name {
+		return nil, false
+	}
+	return s.repo.DeepCopy(), true
+}
+
+// countRepositoryReads gives ev a client of f's apiserver that counts its reads of one
+// ImageRepository.
+func countRepositoryReads(t testing.TB, f *evalFixture, ev *reconcile.Evaluator) *atomic.Int64 {
+	t.Helper()
+	var n atomic.Int64
+	ev.Kube = f.env.ClientSeeing(t, nil, func(req *http.Request) {
+		if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/"+v1.ImageRepositoryResource+"/") {
+			n.Add(1)
+		}
+	})
+	return &n
+}
+
+func (f *evalFixture) getRepo(t testing.TB, ns, name string) *v1.ImageRepository {
+	t.Helper()
+	r, err := f.kube.Repositories.Get(context.Background(), ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// revision is the revision of the tags stored for ns/name under the identity put stores them.
+func (f *evalFixture) revision(t testing.TB, ns, name string) string {
+	t.Helper()
+	key := reconcile.StoreKey(ns, name)
+	rev, err := f.writer.Revision(context.Background(), key, f.ids[key])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
