@@ -199,7 +199,7 @@ func NewHandler(d *Deps) *Handler {
 		ev.Sink = d.Sink
 	}
 	if d.Policies != nil {
-		ev.Cached = d.Policies
+		ev.Policies = d.Policies
 	}
 	if d.Repositories != nil {
 		ev.Repositories = d.Repositories

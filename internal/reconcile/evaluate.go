@@ -108,9 +108,10 @@ type Evaluator struct {
 	PageSize int64
 	// Verifier builds the signature checks of policies with spec.verify; nil fails them.
 	Verifier NewImageVerifier
-	// Cached, when set, finds the ImagePolicies of a repository without a list call (a watch's
-	// copies); until it can answer, and without it, they are listed from the watch cache.
-	Cached CachedPolicies
+	// Policies, when set, finds the ImagePolicies of a repository without a list call (a
+	// watch's copies); until it can answer, and without it, they are listed from the watch
+	// cache.
+	Policies CachedPolicies
 	// Repositories, when set, holds the watched copies of the ImageRepositories, from which a
 	// policy of a repository's own namespace is advanced by a delta of the identity its copy
 	// shows, without a consistent read of the repository (policyWorld.fromCopy).

@@ -681,7 +681,7 @@ func TestEvaluateIntegrationRefusingSinkIsNotFatal(t *testing.T) {
 // namespace, through paginated lists, and leaves the policies of other repositories alone.
 //
 // It runs twice: with the policies listed from the apiserver's watch cache at every call, and
-// with them kept by a watch (Evaluator.Cached), when no call lists them.
+// with them kept by a watch (Evaluator.Policies), when no call lists them.
 func TestEvaluateIntegrationRepository(t *testing.T) {
 	for _, cached := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cached=%v", cached), func(t *testing.T) { testEvaluateRepository(t, cached) })
@@ -705,7 +705,7 @@ func testEvaluateRepository(t *testing.T, cached bool) {
 		})
 		copies.Start(t.Context())
 		t.Cleanup(copies.Stop)
-		f.ev.Cached = copies
+		f.ev.Policies = copies
 	}
 	// hold waits until the apiserver's watch cache, and the copies when there are, hold the
 	// policies as they are now.

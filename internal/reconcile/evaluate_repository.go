@@ -32,20 +32,21 @@ func (e *Evaluator) evaluateRepository(ctx context.Context, w *policyWorld, repo
 	keep := func(p *v1.ImagePolicy) bool {
 		return p.RepositoryNamespace() == repoNamespace && p.Spec.ImageRepositoryRef.Name == repoName
 	}
-	// The repository and the revision of its tags are read while the policies are listed. With
-	// the policies in the watched copies there is no listing to wait for, and the read is left
-	// out when every policy works from the watched repository (policyWorld.fromCopy).
+	// The repository and the revision of its tags are read while the policies are listed;
+	// policies found in the watched copies need no listing, and the read is left out when every
+	// one of them works from the watched repository (policyWorld.fromCopy).
 	var prefetch sync.WaitGroup
 	defer prefetch.Wait()
 	fetch := func() { prefetch.Go(func() { w.prefetch(ctx, repoNamespace, repoName) }) }
-	if e.Cached == nil {
+	pols, ok := e.watchedPolicies(repoNamespace, repoName, keep)
+	switch {
+	case !ok:
 		fetch()
-	}
-	pols, err := e.referring(ctx, repoNamespace, repoName, keep)
-	if err != nil {
-		return nil, err
-	}
-	if e.Cached != nil && w.needsRead(pols, repoNamespace, repoName) {
+		var err error
+		if pols, err = e.listPolicies(ctx, repoName, keep); err != nil {
+			return nil, err
+		}
+	case w.needsRead(pols, repoNamespace, repoName):
 		fetch()
 	}
 	outs, err := e.evaluateAll(ctx, w, pols)
@@ -75,20 +76,24 @@ func (e *Evaluator) evaluateFresh(ctx context.Context, w *policyWorld, pol *v1.I
 	return e.evaluate(ctx, w, fresh)
 }
 
-// referring returns the ImagePolicies that refer to the repository repoNamespace/repoName (keep
-// tells them), from the evaluator's cached copies when it has them, else from a listing. Both
-// are the apiserver's watch cache: a policy created a moment ago may be missing, and is
-// evaluated by its own ApiServerSource event or the cron reconciler; one whose spec or status
-// changed meanwhile is not written with an outcome of what was read (evaluateFresh, advance).
-func (e *Evaluator) referring(ctx context.Context, repoNamespace, repoName string, keep func(*v1.ImagePolicy) bool) ([]*v1.ImagePolicy, error) {
-	if e.Cached != nil {
-		if pols, ok := e.Cached.Indexed(RepositoryIndex, StoreKey(repoNamespace, repoName)); ok {
-			return slices.DeleteFunc(pols, func(p *v1.ImagePolicy) bool { return !keep(p) }), nil
-		}
+// watchedPolicies returns the ImagePolicies that refer to the repository repoNamespace/repoName
+// (keep tells them) from the evaluator's watched copies; ok is false without copies that can
+// answer. The copies, like a listing of the apiserver's watch cache, may miss a policy created a
+// moment ago, which its own ApiServerSource event or the cron reconciler evaluates, and an
+// outcome of a spec or status that changed meanwhile is not written (evaluateFresh, advance).
+func (e *Evaluator) watchedPolicies(repoNamespace, repoName string, keep func(*v1.ImagePolicy) bool) ([]*v1.ImagePolicy, bool) {
+	if e.Policies == nil {
+		return nil, false
 	}
-	// The CRD declares spec.imageRepositoryRef.name a selectable field, so the apiserver sends
-	// only the policies that refer to a repository of that name. Flux's own CRD does not; with
-	// it installed the selector is refused and every policy is listed.
+	pols, ok := e.Policies.Indexed(RepositoryIndex, StoreKey(repoNamespace, repoName))
+	return slices.DeleteFunc(pols, func(p *v1.ImagePolicy) bool { return !keep(p) }), ok
+}
+
+// listPolicies lists the ImagePolicies that refer to a repository named repoName that keep
+// accepts. The CRD declares spec.imageRepositoryRef.name a selectable field, so the apiserver
+// sends only the policies that refer to a repository of that name. Flux's own CRD does not; with
+// it installed the selector is refused and every policy is listed.
+func (e *Evaluator) listPolicies(ctx context.Context, repoName string, keep func(*v1.ImagePolicy) bool) ([]*v1.ImagePolicy, error) {
 	pols, err := e.policies(ctx, fields.OneTermEqualSelector(RepositoryRefField, repoName).String(), keep)
 	if apierrors.IsBadRequest(err) {
 		pols, err = e.policies(ctx, "", keep)
