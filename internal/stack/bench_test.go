@@ -139,6 +139,28 @@ func newPushBench(b *testing.B, tags int, limit string) *pushBench {
 	return pb
 }
 
+// profileAPIServer starts a 15 s CPU profile of the stack's apiserver that goes to the file out,
+// and returns a function that waits for it; with out empty it does nothing.
+func profileAPIServer(b *testing.B, s *stack.Stack, out string) (wait func()) {
+	b.Helper()
+	if out == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		raw, err := s.Env.Clientset().Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", "15").DoRaw(context.Background())
+		if err == nil {
+			err = os.WriteFile(out, raw, 0o644)
+		}
+		if err != nil {
+			b.Errorf("profiling the apiserver: %v", err)
+		}
+	}()
+	return func() { <-done }
+}
+
 // collections returns the garbage collections each function has run so far (the count of its
 // go_gc_duration_seconds), keyed scan and policy.
 func collections(b *testing.B, s *stack.Stack) map[string]float64 {
@@ -202,6 +224,10 @@ func pushTags(ctx context.Context, image string, tags []string) error {
 // "watch", a watch of the ImagePolicies, as Flux's image-automation-controller sees it.
 var seenBy = flag.String("seen", "poll", "how BenchmarkPushToLatest sees latestRef: poll or watch")
 
+// apiserverProfile, when set, is the file into which BenchmarkPushToLatest writes a CPU profile
+// of the apiserver (its /debug/pprof/profile) over the first 15 s of its pushes.
+var apiserverProfile = flag.String("apiserver-profile", "", "write a 15 s CPU profile of the apiserver during BenchmarkPushToLatest's pushes to this file")
+
 func (pb *pushBench) run(b *testing.B) {
 	s := pb.s
 	var viaRegistry, viaWebhook []time.Duration
@@ -222,7 +248,8 @@ func (pb *pushBench) run(b *testing.B) {
 	}
 	writesBefore := apiserverWrites(b, s)
 	waitsBefore := storeWaits(b, s)
-	cpuBefore, gcBefore := waveCPU(b, s), collections(b, s)
+	cpuBefore, gcBefore := cpuSeconds(b, s), collections(b, s)
+	profiled := profileAPIServer(b, s, *apiserverProfile)
 	b.ResetTimer()
 	for range b.N {
 		pb.pushed++
@@ -244,6 +271,7 @@ func (pb *pushBench) run(b *testing.B) {
 		traces = append(traces, pushTrace{sent: start, answered: answered, seen: took, id: id})
 	}
 	b.StopTimer()
+	profiled()
 	// The writes of the measured pushes, of either kind: the annotation, the statuses and the
 	// Events that client-go's recorder sends in the background, which may still be on their way.
 	settle(b, func() float64 {
@@ -254,7 +282,7 @@ func (pb *pushBench) run(b *testing.B) {
 		return n
 	})
 	pushes := float64(2 * b.N)
-	for k, v := range waveCPU(b, s) {
+	for k, v := range cpuSeconds(b, s) {
 		b.ReportMetric((v-cpuBefore[k])*1000/pushes, k+"_cpu_ms/push")
 	}
 	for k, v := range collections(b, s) {

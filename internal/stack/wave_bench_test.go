@@ -191,7 +191,7 @@ func (wb *waveBench) run(b *testing.B) {
 	settle(b, writeCount)
 	writesBefore := apiserverWrites(b, s)
 	waitsBefore := storeWaits(b, s)
-	cpuBefore := waveCPU(b, s)
+	cpuBefore := cpuSeconds(b, s)
 	wb.counter.reset()
 	b.ResetTimer()
 	for range b.N {
@@ -262,7 +262,7 @@ func (wb *waveBench) run(b *testing.B) {
 	}
 	b.ReportMetric(all/pushes, "apiserver_writes/push")
 	b.ReportMetric(path/pushes, "path_writes/push")
-	cpu := waveCPU(b, s)
+	cpu := cpuSeconds(b, s)
 	for k, v := range cpu {
 		b.ReportMetric((v-cpuBefore[k])*1000/pushes, k+"_cpu_ms/push")
 	}
@@ -359,10 +359,10 @@ func waveIndex(policy string) (int, bool) {
 	return r, err == nil && r >= 0 && r < waveRepos
 }
 
-// waveCPU returns the CPU seconds used so far by the apiserver (its own
+// cpuSeconds returns the CPU seconds used so far by the apiserver (its own
 // process_cpu_seconds_total) and by the scan and policy functions (utime and stime of
 // /proc/<pid>/stat), keyed apiserver, scan and policy.
-func waveCPU(b *testing.B, s *stack.Stack) map[string]float64 {
+func cpuSeconds(b *testing.B, s *stack.Stack) map[string]float64 {
 	b.Helper()
 	out := map[string]float64{}
 	raw, err := s.Env.Clientset().Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
