@@ -47,9 +47,20 @@ func TestAdvanceIntegrationFromWatchedRepository(t *testing.T) {
 		}
 		return nil
 	})
+	pols := kube.NewCache(f.kube.Policies, map[string]func(*v1.ImagePolicy) string{
+		reconcile.RepositoryIndex: reconcile.PolicyRepository,
+	})
+	pols.Start(t.Context())
+	t.Cleanup(pols.Stop)
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if got, ok := pols.Indexed(reconcile.RepositoryIndex, f.ns+"/app"); !ok || len(got) != 2 {
+			return errors.New("the copies do not hold both policies yet")
+		}
+		return nil
+	})
 	ev := f.storeless(t)
-	ev.Repositories = repos
-	reads := countRepositoryReads(t, f, ev)
+	ev.Repositories, ev.Policies = repos, pols
+	reads, lists := countRepositoryReads(t, f, ev)
 
 	c := f.add(t, f.ns, "app", "1.3.0")
 	outs, err := ev.EvaluateChange(context.Background(), c)
@@ -64,6 +75,9 @@ func TestAdvanceIntegrationFromWatchedRepository(t *testing.T) {
 	// The policy of another namespace read the repository once; its own namespace's did not.
 	if n := reads.Load(); n != 1 {
 		t.Errorf("%d reads of the repository, want 1 (the policy of another namespace's)", n)
+	}
+	if n := lists.Load(); n != 0 {
+		t.Errorf("the push's event listed the ImagePolicies %d times, want 0", n)
 	}
 }
 
@@ -128,16 +142,20 @@ func (s staleCopies) Get(namespace, name string) (*v1.ImageRepository, bool) {
 }
 
 // countRepositoryReads gives ev a client of f's apiserver that counts its reads of one
-// ImageRepository.
-func countRepositoryReads(t testing.TB, f *evalFixture, ev *reconcile.Evaluator) *atomic.Int64 {
+// ImageRepository and its lists of ImagePolicies.
+func countRepositoryReads(t testing.TB, f *evalFixture, ev *reconcile.Evaluator) (reads, lists *atomic.Int64) {
 	t.Helper()
-	var n atomic.Int64
+	reads, lists = &atomic.Int64{}, &atomic.Int64{}
 	ev.Kube = f.env.ClientSeeing(t, nil, func(req *http.Request) {
-		if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/"+v1.ImageRepositoryResource+"/") {
-			n.Add(1)
+		switch {
+		case req.Method != http.MethodGet:
+		case strings.Contains(req.URL.Path, "/"+v1.ImageRepositoryResource+"/"):
+			reads.Add(1)
+		case strings.HasSuffix(req.URL.Path, "/"+v1.ImagePolicyResource):
+			lists.Add(1)
 		}
 	})
-	return &n
+	return reads, lists
 }
 
 func (f *evalFixture) getRepo(t testing.TB, ns, name string) *v1.ImageRepository {

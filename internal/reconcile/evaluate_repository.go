@@ -38,7 +38,7 @@ func (e *Evaluator) evaluateRepository(ctx context.Context, w *policyWorld, repo
 	var prefetch sync.WaitGroup
 	defer prefetch.Wait()
 	fetch := func() { prefetch.Go(func() { w.prefetch(ctx, repoNamespace, repoName) }) }
-	pols, ok := e.watchedPolicies(repoNamespace, repoName, keep)
+	pols, ok := e.watchedPolicies(w, repoNamespace, repoName, keep)
 	switch {
 	case !ok:
 		fetch()
@@ -77,12 +77,15 @@ func (e *Evaluator) evaluateFresh(ctx context.Context, w *policyWorld, pol *v1.I
 }
 
 // watchedPolicies returns the ImagePolicies that refer to the repository repoNamespace/repoName
-// (keep tells them) from the evaluator's watched copies; ok is false without copies that can
-// answer. The copies, like a listing of the apiserver's watch cache, may miss a policy created a
-// moment ago, which its own ApiServerSource event or the cron reconciler evaluates, and an
-// outcome of a spec or status that changed meanwhile is not written (evaluateFresh, advance).
-func (e *Evaluator) watchedPolicies(repoNamespace, repoName string, keep func(*v1.ImagePolicy) bool) ([]*v1.ImagePolicy, bool) {
-	if e.Policies == nil {
+// (keep tells them) from the evaluator's watched copies, for the event of a push (w.delta); ok
+// is false without copies that can answer, and for any other event. The copies trail the
+// apiserver's watch cache by the watch's delivery: a policy created a moment ago may be missing,
+// and the first tags of a new repository, which arrive without a delta, would then reach
+// neither it nor its own ApiServerSource event (evaluated before the tags were stored), so
+// those are listed from the watch cache, which its event trails. An outcome of a spec or status
+// that changed meanwhile is not written (evaluateFresh, advance).
+func (e *Evaluator) watchedPolicies(w *policyWorld, repoNamespace, repoName string, keep func(*v1.ImagePolicy) bool) ([]*v1.ImagePolicy, bool) {
+	if e.Policies == nil || w.delta == nil {
 		return nil, false
 	}
 	pols, ok := e.Policies.Indexed(RepositoryIndex, StoreKey(repoNamespace, repoName))
