@@ -16,23 +16,38 @@ import (
 // scan's transport: for digest reflection, and to confirm that a tag named by a push event
 // exists. HEAD does not count against Docker Hub's pull limit, where GET would.
 func (s *Scan) Head(ctx context.Context, tag string) (string, error) {
+	digest, err := s.head(ctx, tag)
+	if err != nil {
+		return "", s.headFailed(ctx, tag, err)
+	}
+	return digest, nil
+}
+
+// head is Head without the classification of its failure.
+func (s *Scan) head(ctx context.Context, tag string) (string, error) {
 	ctx, cancel := context.WithDeadline(ctx, s.deadline)
 	defer cancel()
-	what := fmt.Sprintf("resolving the digest of %s:%s", s.repo.Name(), tag)
 	ref, err := name.NewTag(s.repo.Name()+":"+tag, name.StrictValidation)
 	if err != nil {
-		return "", s.fail(ctx, what, err)
+		return "", err
 	}
 	// A *transport.Wrapper makes go-containerregistry use the scan's transport as it is: no
 	// second ping, no retry layer of its own.
 	desc, err := remote.Head(s.repo.Tag(ref.TagStr()), remote.WithTransport(s.rt), remote.WithContext(ctx))
 	if err != nil {
 		if notFound(err) {
-			return "", s.fail(ctx, what, fmt.Errorf("tag %q not found: %w", tag, err))
+			return "", fmt.Errorf("tag %q not found: %w", tag, err)
 		}
-		return "", s.fail(ctx, what, err)
+		return "", err
 	}
 	return desc.Digest.String(), nil
+}
+
+// headFailed is the error of a Head of tag that failed with err.
+func (s *Scan) headFailed(ctx context.Context, tag string, err error) error {
+	ctx, cancel := context.WithDeadline(ctx, s.deadline)
+	defer cancel()
+	return s.fail(ctx, fmt.Sprintf("resolving the digest of %s:%s", s.repo.Name(), tag), err)
 }
 
 // confirmDelays are the waits between the HEADs of Confirm after a 404: 1.575 s in all, enough
@@ -47,19 +62,29 @@ var confirmDelays = [...]time.Duration{5 * time.Millisecond, 10 * time.Milliseco
 
 // Confirm checks that tag, which a push event has just announced, exists: a HEAD, and while the
 // registry answers 404, a few more at short intervals, because some registries (CNCF
-// distribution 2.8 among them) send their notification before the tag can be read. It returns
-// the digest the tag points at, or the last HEAD's error.
+// distribution 2.8 among them) send their notification before the tag can be read. The first
+// HEAD's server error is retried on the same short schedule, once: distribution 2.8's
+// filesystem storage rewrites a tag's link in place, and a HEAD that reads it half-written
+// fails with a 500; a server error after that gets the transport's retries and their backoff.
+// It returns the digest the tag points at, or the last HEAD's error.
 func (s *Scan) Confirm(ctx context.Context, tag string) (string, error) {
 	for i := 0; ; i++ {
-		digest, err := s.Head(ctx, tag)
-		if err == nil || !notFound(err) || i == len(confirmDelays) {
-			return digest, err
+		hctx := ctx
+		if i == 0 {
+			hctx = serverErrorsToCaller(ctx)
+		}
+		digest, err := s.head(hctx, tag)
+		if err == nil {
+			return digest, nil
+		}
+		if i == len(confirmDelays) || !(notFound(err) || i == 0 && serverError(err)) {
+			return "", s.headFailed(ctx, tag, err)
 		}
 		t := time.NewTimer(confirmDelays[i])
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return "", err
+			return "", s.headFailed(ctx, tag, err)
 		case <-t.C:
 		}
 	}
@@ -69,4 +94,10 @@ func (s *Scan) Confirm(ctx context.Context, tag string) (string, error) {
 func notFound(err error) bool {
 	terr, ok := errors.AsType[*transport.Error](err)
 	return ok && terr.StatusCode == http.StatusNotFound
+}
+
+// serverError tells a registry's 5xx from other failures.
+func serverError(err error) bool {
+	terr, ok := errors.AsType[*transport.Error](err)
+	return ok && terr.StatusCode >= http.StatusInternalServerError
 }

@@ -101,3 +101,64 @@ func TestIntegrationConfirmWaitsForAJustNotifiedTag(t *testing.T) {
 		t.Errorf("%d HEADs for a tag that never appears, want 11", n)
 	}
 }
+
+// TestIntegrationConfirmRetriesATornTagOnce: the first HEAD of a just-announced tag that a
+// registry answers 500 (distribution 2.8 reading a tag link it is rewriting) is asked again on
+// Confirm's own short schedule, not after the transport's backoff, which here is longer than the
+// scan's whole deadline; a registry that keeps failing gets the transport's retries after that.
+func TestIntegrationConfirmRetriesATornTagOnce(t *testing.T) {
+	reg := testenv.NewRegistry(t)
+	reg.Push(t, "app", "v1")
+	want := reg.Push(t, "app", "v2")
+	c := fast(registry.WithRetries(2, time.Hour, time.Hour))
+	s, err := c.Prepare(context.Background(), nil, imageRepository("default", reg.Image("app")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	reg.Inject(testenv.RegistryServerError().On("/manifests/v2"))
+	got, err := s.Confirm(context.Background(), "v2")
+	if err != nil {
+		t.Fatalf("Confirm(v2) after one 500: %v", err)
+	}
+	if got != want {
+		t.Errorf("Confirm(v2) = %s, want %s", got, want)
+	}
+	if n := countPaths(reg, "/manifests/v2"); n != 2 {
+		t.Errorf("%d HEADs of v2, want 2: the 500 and the one after Confirm's first delay", n)
+	}
+
+	// Past the first HEAD, a 500 is the transport's to retry: here its backoff is beyond the
+	// deadline, so the second 500 ends the confirmation with the registry's error.
+	for range 2 {
+		reg.Inject(testenv.RegistryServerError().On("/manifests/v1"))
+	}
+	before := countPaths(reg, "/manifests/v1")
+	_, err = s.Confirm(context.Background(), "v1")
+	wantError(t, err, v1.ReadOperationFailedReason, "500 Internal Server Error")
+	if n := countPaths(reg, "/manifests/v1") - before; n != 2 {
+		t.Errorf("%d HEADs of v1 for two 500s, want 2", n)
+	}
+}
+
+// TestIntegrationConfirmHonoursRetryAfter: the first HEAD of a confirmation, whose server errors
+// Confirm retries itself, still waits out a 429's Retry-After in the transport.
+func TestIntegrationConfirmHonoursRetryAfter(t *testing.T) {
+	reg := testenv.NewRegistry(t)
+	want := reg.Push(t, "app", "v1")
+	s, err := fast().Prepare(context.Background(), nil, imageRepository("default", reg.Image("app")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	reg.Inject(testenv.RegistryTooManyRequests("1").On("/manifests/v1"))
+	got, err := s.Confirm(context.Background(), "v1")
+	if err != nil || got != want {
+		t.Fatalf("Confirm(v1) after a 429 = %s, %v; want %s", got, err, want)
+	}
+	if n := countPaths(reg, "/manifests/v1"); n != 2 {
+		t.Errorf("%d HEADs of v1, want 2: the 429 and the retry after it", n)
+	}
+}

@@ -40,7 +40,8 @@ func (t *politeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			code = resp.StatusCode
 		}
 		metrics.RecordRegistryRequest(req.URL.Host, code)
-		if !retriable(resp, err) || attempt >= t.c.maxRetries || (req.Body != nil && req.Body != http.NoBody) {
+		if !retriable(resp, err) || attempt >= t.c.maxRetries || (req.Body != nil && req.Body != http.NoBody) ||
+			code >= http.StatusInternalServerError && ctx.Value(serverErrorsToCallerKey{}) != nil {
 			return resp, err
 		}
 		wait, asked := t.backoff(attempt), false
@@ -66,6 +67,16 @@ func (t *politeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
+}
+
+// serverErrorsToCallerKey marks a request context whose server errors (5xx) the transport returns
+// at once, because its caller retries them on a schedule of its own. A 429 and a broken
+// connection are still retried here.
+type serverErrorsToCallerKey struct{}
+
+// serverErrorsToCaller returns ctx with its requests' 5xx answers returned without a retry.
+func serverErrorsToCaller(ctx context.Context) context.Context {
+	return context.WithValue(ctx, serverErrorsToCallerKey{}, true)
 }
 
 // backoff is the wait before retry number attempt+1: exponential, capped, with jitter so that

@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"context"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -85,5 +87,49 @@ func TestSmallerPage(t *testing.T) {
 	}
 	if want := []int{1000, 100, 50, 25, 12}; !slices.Equal(sizes, want) {
 		t.Errorf("page sizes %v, want %v", sizes, want)
+	}
+}
+
+// answers is a RoundTripper that answers each request with the next status of its list.
+type answers struct {
+	codes []int
+	n     int
+}
+
+func (a *answers) RoundTrip(req *http.Request) (*http.Response, error) {
+	code := a.codes[min(a.n, len(a.codes)-1)]
+	a.n++
+	return &http.Response{StatusCode: code, Header: http.Header{"Retry-After": {"0"}}, Body: http.NoBody, Request: req}, nil
+}
+
+func TestServerErrorsToCallerAreReturnedAtOnce(t *testing.T) {
+	c := New(WithRateLimit(math.Inf(1), 1), WithRetries(3, time.Microsecond, time.Microsecond))
+	tests := []struct {
+		name     string
+		codes    []int
+		toCaller bool
+		want     int // the status returned
+		requests int
+	}{
+		{"500 retried by the transport", []int{500, 500, 200}, false, 200, 3},
+		{"500 to the caller", []int{500, 200}, true, 500, 1},
+		{"503 to the caller", []int{503, 200}, true, 503, 1},
+		{"429 still retried", []int{429, 429, 200}, true, 200, 3},
+	}
+	for _, tt := range tests {
+		inner := &answers{codes: tt.codes}
+		rt := &politeTransport{inner: inner, c: c}
+		ctx := context.Background()
+		if tt.toCaller {
+			ctx = serverErrorsToCaller(ctx)
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodHead, "http://registry.test/v2/app/manifests/v1", nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if resp.StatusCode != tt.want || inner.n != tt.requests {
+			t.Errorf("%s: status %d after %d requests, want %d after %d", tt.name, resp.StatusCode, inner.n, tt.want, tt.requests)
+		}
 	}
 }
