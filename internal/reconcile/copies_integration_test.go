@@ -177,3 +177,47 @@ func (f *evalFixture) revision(t testing.TB, ns, name string) string {
 	}
 	return rev
 }
+
+// A policy evaluated on its creation while a push stores its tags (after the evaluation read the
+// stored list, before its status was written) ends at the pushed tag, though the push's event
+// found no copy of it: the evaluation sees the stored revision move and derives its outcome
+// again from the tags now stored.
+func TestEvaluateIntegrationPushDuringFirstEvaluation(t *testing.T) {
+	f := newEvalFixture(t)
+	f.repo(t, f.ns, "app", "ghcr.io/org/app")
+	f.put(t, f.ns, "app", "1.0.0", "1.2.0")
+	f.policy(t, f.ns, "late", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver(">=1.0.0"),
+		DigestReflectionPolicy: v1.ReflectNever})
+	pols := kube.NewCache(f.kube.Policies, map[string]func(*v1.ImagePolicy) string{
+		reconcile.RepositoryIndex: reconcile.PolicyRepository,
+	})
+	pols.Start(t.Context())
+	t.Cleanup(pols.Stop)
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if !pols.Synced() {
+			return errors.New("the copies have not had their first listing")
+		}
+		return nil
+	})
+
+	ev := f.evaluator(t)
+	ev.Policies = pols
+	var pushed atomic.Bool
+	ev.Kube = f.env.ClientSeeing(t, nil, func(req *http.Request) {
+		if req.Method != http.MethodGet && strings.HasSuffix(req.URL.Path, "/"+v1.ImagePolicyResource+"/late/status") &&
+			pushed.CompareAndSwap(false, true) {
+			f.add(t, f.ns, "app", "1.3.0")
+		}
+	})
+	out, err := ev.Evaluate(context.Background(), f.ns, "late")
+	if err != nil || out.Result != reconcile.PolicySucceeded {
+		t.Fatalf("Evaluate = %+v, %v", out, err)
+	}
+	if !pushed.Load() {
+		t.Fatal("the evaluation wrote no status")
+	}
+	got := f.get(t, f.ns, "late")
+	if want := f.revision(t, f.ns, "app"); got.Status.LatestRef.Tag != "1.3.0" || evaluatedRevision(got) != want {
+		t.Errorf("latestRef %s at %q, want 1.3.0 at %q (the push's)", refString(got.Status.LatestRef), evaluatedRevision(got), want)
+	}
+}

@@ -63,6 +63,8 @@ type PolicyOutcome struct {
 
 	// suspended and deleting describe the policy as read, for the reconcile metric.
 	suspended, deleting bool
+	// read is the stored tag list the outcome was derived from, when it was read.
+	read *storeRead
 }
 
 // Defaults of an Evaluator whose fields are zero.
@@ -152,6 +154,16 @@ func (e *Evaluator) Evaluate(ctx context.Context, namespace, name string) (Polic
 	}
 	w := e.newPolicyWorld(ctx)
 	out, err := e.evaluate(ctx, w, pol)
+	if err == nil && e.Policies != nil && w.storeMoved(out.read) {
+		// A push stored its tags after this evaluation read them and announced them to the
+		// policies the watched copies held, which a policy created or edited a moment ago may
+		// not have been among: its outcome is derived again, once, from the tags now stored.
+		if pol, err = e.Kube.Policies.Get(ctx, namespace, name); err == nil {
+			out, err = e.evaluate(ctx, w.again(), pol)
+		} else if apierrors.IsNotFound(err) {
+			err = nil
+		}
+	}
 	return e.logged(ctx, out, start, err)
 }
 
@@ -259,9 +271,10 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	if iv != nil {
 		inputs.verifier = iv.ID()
 	}
+	read := storeRead{key: key, id: id, revision: rev}
 	if e.unchanged(pol, inputs) {
 		out.Result = PolicyUnchanged
-		return out, nil
+		return read.of(out, nil)
 	}
 	entry, err := w.entry(key, id)
 	switch {
@@ -273,26 +286,40 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 		return e.failNoTags(ctx, pol, token, repo, nil)
 	}
 	inputs.revision = entry.Revision
+	read.revision = entry.Revision
 	if iv != nil {
 		var d *delta
 		if w.delta != nil && w.delta.id == id {
 			d = w.delta
 		}
-		return e.evaluateVerified(ctx, pol, token, repo, key, entry, d, sel, iv, inputs)
+		return read.of(e.evaluateVerified(ctx, pol, token, repo, key, entry, d, sel, iv, inputs))
 	}
 
 	markStep(ctx, "tags")
 	tag, err := sel.Latest(entry.Tags)
 	if err != nil {
 		// No candidate, or a numerical tag that does not parse: Flux's "Failure".
-		return e.fail(ctx, pol, token, v1.FailureReason, false, err)
+		return read.of(e.fail(ctx, pol, token, v1.FailureReason, false, err))
 	}
 	latest := &v1.ImageRef{Name: repo.Spec.Image, Tag: tag}
 	if latest.Digest, err = e.digest(ctx, pol, repo, latest); err != nil {
 		return e.fail(ctx, pol, token, registry.Reason(err), registry.Stalled(err), fmt.Errorf(
 			"failed fetching digest of %s: %w", latest.String(), err))
 	}
-	return e.succeed(ctx, pol, token, latest, inputs, "")
+	return read.of(e.succeed(ctx, pol, token, latest, inputs, ""))
+}
+
+// storeRead is the stored tag list an outcome was derived from: its key, identity and revision.
+type storeRead struct {
+	key      string
+	id       store.Identity
+	revision string
+}
+
+// of returns out, marked as derived from r, and err.
+func (r storeRead) of(out PolicyOutcome, err error) (PolicyOutcome, error) {
+	out.read = &r
+	return out, err
 }
 
 // evaluateVerified selects, among the stored tags of entry, the best whose signature verifies

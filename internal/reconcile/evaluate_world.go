@@ -192,6 +192,18 @@ func (w *policyWorld) revision(key string, id store.Identity) (string, error) {
 	})
 }
 
+// storeMoved reports whether the tags stored under read's key and identity have a revision
+// other than read's now, read afresh; false when read is nil or the store cannot say.
+func (w *policyWorld) storeMoved(read *storeRead) bool {
+	if read == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, w.wait)
+	defer cancel()
+	rev, err := w.e.Store.Revision(ctx, read.key, read.id)
+	return err == nil && rev != read.revision
+}
+
 func (w *policyWorld) entry(key string, id store.Identity) (store.Entry, error) {
 	return load(w, w.entries, key, func() (store.Entry, error) {
 		ctx, cancel := context.WithTimeout(w.ctx, w.wait)
