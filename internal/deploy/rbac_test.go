@@ -157,6 +157,18 @@ func TestRBACIntegration(t *testing.T) {
 		}, metav1.CreateOptions{})
 		return err
 	}
+	// watch opens and closes a watch of every namespace's objects of each resource, as the
+	// functions' watched copies do.
+	watch := func(id identity, resources ...schema.GroupVersionResource) error {
+		for _, gvr := range resources {
+			w, err := id.dynamic.Resource(gvr).Watch(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			w.Stop()
+		}
+		return nil
+	}
 	writeSecret := func(id identity) error {
 		_, err := id.clientset.CoreV1().Secrets(fx.ns).Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "stolen-"},
@@ -216,6 +228,7 @@ func TestRBACIntegration(t *testing.T) {
 	}{
 		{"reflector-scan", []check{
 			{"list ImageRepositories", true, func(id identity) error { return list(id, repositories) }},
+			{"watch ImageRepositories", true, func(id identity) error { return watch(id, repositories) }},
 			{"get an ImageRepository", true, func(id identity) error { return get(id, repositories, fx.repo) }},
 			{"annotate an ImageRepository", true, func(id identity) error { return merge(id, repositories, fx.repo, annotate) }},
 			{"patch ImageRepository status", true, func(id identity) error { return merge(id, repositories, fx.repo, repoStatus, "status") }},
@@ -231,10 +244,12 @@ func TestRBACIntegration(t *testing.T) {
 			{"request a token of the repository's ServiceAccount", true, func(id identity) error { return serviceAccountToken(id, fx.ns) }},
 			{"create an Event", true, event},
 			{"list ImagePolicies", false, func(id identity) error { return list(id, policies) }},
+			{"watch ImagePolicies", false, func(id identity) error { return watch(id, policies) }},
 			{"patch ImagePolicy status", false, func(id identity) error { return merge(id, policies, fx.policy, policyStatus, "status") }},
 		}},
 		{"reflector-policy", []check{
 			{"list ImagePolicies", true, func(id identity) error { return list(id, policies) }},
+			{"watch ImagePolicies and ImageRepositories", true, func(id identity) error { return watch(id, policies, repositories) }},
 			{"get an ImagePolicy", true, func(id identity) error { return get(id, policies, fx.policy) }},
 			{"patch ImagePolicy status", true, func(id identity) error { return merge(id, policies, fx.policy, policyStatus, "status") }},
 			{"remove a finalizer of an ImagePolicy", true, func(id identity) error { return jsonPatch(id, policies, fx.policy, dropFinalizers) }},
@@ -268,16 +283,7 @@ func TestRBACIntegration(t *testing.T) {
 		{"reflector-source", []check{
 			{"list ImageRepositories", true, func(id identity) error { return list(id, repositories) }},
 			{"list ImagePolicies", true, func(id identity) error { return list(id, policies) }},
-			{"watch ImageRepositories and ImagePolicies", true, func(id identity) error {
-				for _, gvr := range []schema.GroupVersionResource{repositories, policies} {
-					w, err := id.dynamic.Resource(gvr).Watch(ctx, metav1.ListOptions{})
-					if err != nil {
-						return err
-					}
-					w.Stop()
-				}
-				return nil
-			}},
+			{"watch ImageRepositories and ImagePolicies", true, func(id identity) error { return watch(id, repositories, policies) }},
 			{"get an ImageRepository", true, func(id identity) error { return get(id, repositories, fx.repo) }},
 			{"get a Secret", false, func(id identity) error { return get(id, secrets, "registry-credentials") }},
 			{"annotate an ImageRepository", false, func(id identity) error { return merge(id, repositories, fx.repo, annotate) }},
