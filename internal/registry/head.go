@@ -63,21 +63,27 @@ var confirmDelays = [...]time.Duration{5 * time.Millisecond, 10 * time.Milliseco
 // Confirm checks that tag, which a push event has just announced, exists: a HEAD, and while the
 // registry answers 404, a few more at short intervals, because some registries (CNCF
 // distribution 2.8 among them) send their notification before the tag can be read. The first
-// HEAD's server error is retried on the same short schedule, once: distribution 2.8's
-// filesystem storage rewrites a tag's link in place, and a HEAD that reads it half-written
-// fails with a 500; a server error after that gets the transport's retries and their backoff.
-// It returns the digest the tag points at, or the last HEAD's error.
+// server error of a confirmation, on whichever HEAD, is asked again on the same short schedule:
+// distribution 2.8's filesystem storage rewrites a tag's link in place, and a HEAD that reads it
+// half-written, at the moment the tag appears, fails with a 500; a server error after that gets
+// the transport's retries and their backoff. It returns the digest the tag points at, or the
+// last HEAD's error.
 func (s *Scan) Confirm(ctx context.Context, tag string) (string, error) {
+	torn := false // a server error has been asked again already
 	for i := 0; ; i++ {
 		hctx := ctx
-		if i == 0 {
+		if !torn {
 			hctx = serverErrorsToCaller(ctx)
 		}
 		digest, err := s.head(hctx, tag)
 		if err == nil {
 			return digest, nil
 		}
-		if i == len(confirmDelays) || !(notFound(err) || i == 0 && serverError(err)) {
+		again := notFound(err)
+		if !torn && serverError(err) {
+			torn, again = true, true
+		}
+		if i == len(confirmDelays) || !again {
 			return "", s.headFailed(ctx, tag, err)
 		}
 		t := time.NewTimer(confirmDelays[i])

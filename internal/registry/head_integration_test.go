@@ -105,7 +105,8 @@ func TestIntegrationConfirmWaitsForAJustNotifiedTag(t *testing.T) {
 // TestIntegrationConfirmRetriesATornTagOnce: the first HEAD of a just-announced tag that a
 // registry answers 500 (distribution 2.8 reading a tag link it is rewriting) is asked again on
 // Confirm's own short schedule, not after the transport's backoff, which here is longer than the
-// scan's whole deadline; a registry that keeps failing gets the transport's retries after that.
+// scan's whole deadline, and so is the first 500 after a 404; a registry that keeps failing gets
+// the transport's retries after that.
 func TestIntegrationConfirmRetriesATornTagOnce(t *testing.T) {
 	reg := testenv.NewRegistry(t)
 	reg.Push(t, "app", "v1")
@@ -129,12 +130,22 @@ func TestIntegrationConfirmRetriesATornTagOnce(t *testing.T) {
 		t.Errorf("%d HEADs of v2, want 2: the 500 and the one after Confirm's first delay", n)
 	}
 
-	// Past the first HEAD, a 500 is the transport's to retry: here its backoff is beyond the
+	// A 500 after a 404, at the moment the tag appears, is asked again the same way.
+	reg.Inject(testenv.RegistryNotFound().On("/manifests/v2"), testenv.RegistryServerError().On("/manifests/v2"))
+	before := countPaths(reg, "/manifests/v2")
+	if got, err := s.Confirm(context.Background(), "v2"); err != nil || got != want {
+		t.Fatalf("Confirm(v2) after a 404 and a 500 = %s, %v; want %s", got, err, want)
+	}
+	if n := countPaths(reg, "/manifests/v2") - before; n != 3 {
+		t.Errorf("%d HEADs of v2, want 3: the 404, the 500 and the one that found it", n)
+	}
+
+	// After the first 500, a 500 is the transport's to retry: here its backoff is beyond the
 	// deadline, so the second 500 ends the confirmation with the registry's error.
 	for range 2 {
 		reg.Inject(testenv.RegistryServerError().On("/manifests/v1"))
 	}
-	before := countPaths(reg, "/manifests/v1")
+	before = countPaths(reg, "/manifests/v1")
 	_, err = s.Confirm(context.Background(), "v1")
 	wantError(t, err, v1.ReadOperationFailedReason, "500 Internal Server Error")
 	if n := countPaths(reg, "/manifests/v1") - before; n != 2 {
