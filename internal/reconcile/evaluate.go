@@ -152,12 +152,14 @@ func (e *Evaluator) Evaluate(ctx context.Context, namespace, name string) (Polic
 		out := PolicyOutcome{Namespace: namespace, Name: name, Result: PolicyFailed}
 		return e.logged(ctx, out, start, fmt.Errorf("reading ImagePolicy %s/%s: %w", namespace, name, err))
 	}
+	// A policy without an outcome of its current spec may have been created a moment ago: a push
+	// that stores its tags after this evaluation read them announces them to the policies the
+	// watched copies hold, which it may not be among yet. Its outcome is then derived again,
+	// once, from the tags now stored. A policy the copies already held is advanced by the push.
+	unseen := pol.Status.ObservedGeneration != pol.Generation
 	w := e.newPolicyWorld(ctx)
 	out, err := e.evaluate(ctx, w, pol)
-	if err == nil && e.Policies != nil && w.storeMoved(out.read) {
-		// A push stored its tags after this evaluation read them and announced them to the
-		// policies the watched copies held, which a policy created or edited a moment ago may
-		// not have been among: its outcome is derived again, once, from the tags now stored.
+	if err == nil && unseen && e.Policies != nil && w.storeMoved(out.read) {
 		if pol, err = e.Kube.Policies.Get(ctx, namespace, name); err == nil {
 			out, err = e.evaluate(ctx, w.again(), pol)
 		} else if apierrors.IsNotFound(err) {
