@@ -326,15 +326,32 @@ func (pb *pushBench) run(b *testing.B) {
 	logSlowRegistry(b, s, registryPushes)
 }
 
-// logSlowRegistry logs, for the slowest pushes through docker-registry's notifications (those
-// above their p99 and at least the slowest one; their id is the pushed tag), what the scan and
-// policy functions logged from the end of the push until latestRef was seen: these pushes carry
-// no trace id the benchmark knows, so their lines are found by time.
+// slowPushes, when set, is the file to which BenchmarkPushToLatest appends what the functions
+// logged during its slowest registry pushes (logSlowRegistry); a benchmark's own log keeps only
+// its first ten lines.
+var slowPushes = flag.String("slow-pushes", "", "append the functions' log lines during BenchmarkPushToLatest's slowest registry pushes to this file")
+
+// logSlowRegistry logs the slowest pushes through docker-registry's notifications (those above
+// their p99 and at least the slowest one; their id is the pushed tag) and, with -slow-pushes,
+// writes what the scan and policy functions logged from the end of each until latestRef was
+// seen: these pushes carry no trace id the benchmark knows, so their lines are found by time.
 func logSlowRegistry(b *testing.B, s *stack.Stack, pushes []pushTrace) {
 	b.Helper()
 	slow := slices.SortedFunc(slices.Values(pushes), func(x, y pushTrace) int { return cmp.Compare(y.seen, x.seen) })
-	for _, p := range slow[:max(1, len(slow)/100)] {
-		var lines []string
+	slow = slow[:max(1, len(slow)/100)]
+	for _, p := range slow {
+		b.Logf("slow registry push of %s: seen %.1f ms after the push", p.id, ms(p.seen))
+	}
+	if *slowPushes == "" {
+		return
+	}
+	type logged struct {
+		at   time.Time
+		text string
+	}
+	var out strings.Builder
+	for _, p := range slow {
+		var lines []logged
 		for _, c := range []string{stack.Scan, stack.Policy} {
 			readLog(b, s.Log(c), func(line map[string]any) {
 				at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(line["time"]))
@@ -350,16 +367,25 @@ func logSlowRegistry(b *testing.B, s *stack.Stack, pushes []pushTrace) {
 						text += fmt.Sprintf(" %s=%v", k, v)
 					}
 				}
-				lines = append(lines, text)
+				lines = append(lines, logged{at, text})
 			})
 		}
-		slices.SortFunc(lines, func(x, y string) int {
-			a, _ := strconv.ParseFloat(strings.Fields(x)[0], 64)
-			c, _ := strconv.ParseFloat(strings.Fields(y)[0], 64)
-			return cmp.Compare(a, c)
-		})
-		b.Logf("slow registry push of %s: seen %.1f ms after the push; the functions' lines (ms after the push):\n%s",
-			p.id, ms(p.seen), strings.Join(lines, "\n"))
+		slices.SortFunc(lines, func(x, y logged) int { return x.at.Compare(y.at) })
+		fmt.Fprintf(&out, "%s: slow registry push of %s: seen %.1f ms after the push; the functions' lines (ms after the push):\n",
+			b.Name(), p.id, ms(p.seen))
+		for _, l := range lines {
+			fmt.Fprintf(&out, "\t%s\n", l.text)
+		}
+	}
+	f, err := os.OpenFile(*slowPushes, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err == nil {
+		_, err = f.WriteString(out.String())
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		b.Errorf("writing the slow pushes: %v", err)
 	}
 }
 
