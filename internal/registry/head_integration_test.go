@@ -173,3 +173,24 @@ func TestIntegrationConfirmHonoursRetryAfter(t *testing.T) {
 		t.Errorf("%d HEADs of v1, want 2: the 429 and the retry after it", n)
 	}
 }
+
+// TestIntegrationConfirmOfAFailingRegistryIsBounded: a registry that answers every HEAD 500
+// costs a confirmation its first HEAD, which Confirm asks again once, and that HEAD with the
+// transport's retries: DefaultMaxRetries+2 requests.
+func TestIntegrationConfirmOfAFailingRegistryIsBounded(t *testing.T) {
+	reg := testenv.NewRegistry(t)
+	reg.Push(t, "app", "v1")
+	s, err := fast().Prepare(context.Background(), nil, imageRepository("default", reg.Image("app")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for range 2 * registry.DefaultMaxRetries {
+		reg.Inject(testenv.RegistryServerError().On("/manifests/v1"))
+	}
+	_, err = s.Confirm(context.Background(), "v1")
+	wantError(t, err, v1.ReadOperationFailedReason, "500 Internal Server Error")
+	if n, want := countPaths(reg, "/manifests/v1"), registry.DefaultMaxRetries+2; n != want {
+		t.Errorf("%d HEADs of a tag the registry always fails, want %d", n, want)
+	}
+}
