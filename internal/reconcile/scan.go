@@ -525,8 +525,8 @@ func (s *Scanner) logScan(ctx context.Context, namespace, name string, took time
 
 // readRepository returns the ImageRepository to scan: read when the caller has it, else, for a
 // scan beside its request's patch (rec), the watched copy (Cached) or the watch cache's, else a
-// read from the apiserver. A repository that is gone loses its store entry and comes back nil, with the
-// outcome that says so.
+// read from the apiserver. A repository that is gone loses its store entry and comes back nil,
+// with the outcome that says so.
 func (s *Scanner) readRepository(ctx context.Context, namespace, name string, read *v1.ImageRepository, rec *Recording) (*v1.ImageRepository, ScanOutcome, error) {
 	got, err := read, error(nil)
 	switch {
