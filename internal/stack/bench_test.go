@@ -257,7 +257,7 @@ func (pb *pushBench) run(b *testing.B) {
 	waitsBefore := storeWaits(b, s)
 	cpuBefore, gcBefore := cpuSeconds(b, s), collections(b, s)
 	profiled := profileAPIServer(b, s, *apiserverProfile)
-	headsBefore := registryRequests(b, s)
+	requestsBefore := registryRequests(b, s)
 	b.ResetTimer()
 	began := time.Now()
 	for range b.N {
@@ -329,7 +329,7 @@ func (pb *pushBench) run(b *testing.B) {
 	// wrote the tag is answered 404 and asked again.
 	notFound, all := 0.0, 0.0
 	for code, n := range registryRequests(b, s) {
-		d := n - headsBefore[code]
+		d := n - requestsBefore[code]
 		all += d
 		if code == "404" {
 			notFound = d
