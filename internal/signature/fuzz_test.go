@@ -11,6 +11,7 @@ import (
 	"errors"
 	"math/big"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,8 @@ MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEr5T8yJZCVC1pV7zKsDVCBV1smWvP
 `
 
 // FuzzParsePublicKeys feeds arbitrary Secret entries to the key parser: it must not panic, and
-// its errors must never quote the entry.
+// its errors must never quote the entry's data. They may name the entry: a name is not secret,
+// and one can hold the data's bytes, so the check leaves the quoted name out.
 func FuzzParsePublicKeys(f *testing.F) {
 	f.Add("cosign.pub", []byte(fuzzKey))
 	f.Add("cosign.pub", []byte(fuzzKey+fuzzKey))
@@ -33,7 +35,8 @@ func FuzzParsePublicKeys(f *testing.F) {
 	f.Fuzz(func(t *testing.T, name string, data []byte) {
 		keys, err := ParsePublicKeys(map[string][]byte{name: data})
 		if err != nil {
-			if len(data) >= 8 && bytes.Contains([]byte(err.Error()), data) {
+			said := strings.ReplaceAll(err.Error(), strconv.Quote(name), "")
+			if len(data) >= 8 && bytes.Contains([]byte(said), data) {
 				t.Fatalf("error %q quotes the entry", err)
 			}
 			return
@@ -94,7 +97,8 @@ func FuzzParseTrustStore(f *testing.F) {
 			if !errors.Is(err, ErrKeys) {
 				t.Fatalf("error %v does not wrap ErrKeys", err)
 			}
-			if len(data) >= 8 && bytes.Contains([]byte(err.Error()), data) {
+			said := strings.ReplaceAll(err.Error(), strconv.Quote(name), "")
+			if len(data) >= 8 && bytes.Contains([]byte(said), data) {
 				t.Fatalf("error %q quotes the entry", err)
 			}
 			return
