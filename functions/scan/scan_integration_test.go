@@ -168,7 +168,7 @@ func TestScanFunctionIntegrationDistributionEndToEnd(t *testing.T) {
 		}
 		return exec.Command(bin, "serve", cfgPath)
 	}, func(port int) error {
-		return serving(fmt.Sprintf("http://127.0.0.1:%d/v2/", port))
+		return stack.RegistryAnswers(fmt.Sprintf("http://127.0.0.1:%d/v2/", port), filepath.Join(dir, "data"))
 	})
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -190,19 +190,6 @@ func TestScanFunctionIntegrationDistributionEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitTag(t, "app", "1.0.0", 30*time.Second)
-}
-
-// serving tells whether url answers 200.
-func serving(url string) error {
-	resp, err := testenv.ProbeClient().Get(url)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s answers %s", url, resp.Status)
-	}
-	return nil
 }
 
 // status sends req (a new one of method and url when nil; else req with url as its URL) and

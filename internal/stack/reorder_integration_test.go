@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	imagev1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
@@ -232,8 +234,19 @@ func TestHeldAnnouncementsIntegration(t *testing.T) {
 			defer close(released)
 			sink.release(false)
 		}()
-		p.Spec.Policy.SemVer.Range = "<1.1.0"
-		edited, err := s.Kube.Policies.Update(ctx, p)
+		// A status write may come between the read and the edit (the push's own evaluation, or
+		// the repository's): the edit is then made again on the object as it stands.
+		var edited *imagev1.ImagePolicy
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p.Spec.Policy.SemVer.Range = "<1.1.0"
+			var err error
+			if edited, err = s.Kube.Policies.Update(ctx, p); apierrors.IsConflict(err) {
+				if now, gerr := s.Kube.Policies.Get(ctx, "default", "edit"); gerr == nil {
+					p = now
+				}
+			}
+			return err
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

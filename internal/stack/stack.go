@@ -357,6 +357,25 @@ func answers(url string) ready {
 	}
 }
 
+// RegistryHeader is the header by which a docker-registry that RegistryConfig configures names
+// its data directory.
+const RegistryHeader = "Reflector-Registry-Data"
+
+// RegistryAnswers tells whether the docker-registry whose data directory is dataDir answers
+// url (its /v2/) with 200. A port that a test picked may have been taken by another program
+// before the registry bound it, and that program's answer is not the registry's.
+func RegistryAnswers(url, dataDir string) error {
+	resp, err := probe.Get(url)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if got := resp.Header.Get(RegistryHeader); resp.StatusCode != http.StatusOK || got != dataDir {
+		return fmt.Errorf("%s answered %d with %s %q: not the registry of %s", url, resp.StatusCode, RegistryHeader, got, dataDir)
+	}
+	return nil
+}
+
 // logs is the readiness of a process that writes line to its log beyond what the log held
 // when the process started.
 func logs(path, line string) ready {
@@ -387,7 +406,8 @@ func (s *Stack) command(c string) (*exec.Cmd, ready, error) {
 		if err := os.WriteFile(cfg, []byte(s.registryConfig()), 0o600); err != nil {
 			return nil, nil, err
 		}
-		return exec.Command("docker-registry", "serve", cfg), answers("http://" + s.Registry + "/v2/"), nil
+		url, data := "http://"+s.Registry+"/v2/", s.registryData()
+		return exec.Command("docker-registry", "serve", cfg), func() error { return RegistryAnswers(url, data) }, nil
 	case Scan:
 		cmd := exec.Command(filepath.Join(s.bins, "scan"))
 		cmd.Env = append(env, "PORT="+strconv.Itoa(s.opts.Ports.Scan),
@@ -443,13 +463,18 @@ func (s *Stack) adapter(env []string, name, sink, resource string, profilingPort
 
 // registryConfig is docker-registry's configuration for this stack.
 func (s *Stack) registryConfig() string {
-	return RegistryConfig(filepath.Join(s.opts.Dir, "registry", "data"), s.Registry,
+	return RegistryConfig(s.registryData(), s.Registry,
 		fmt.Sprintf("%s/hook/distribution/%s", s.ScanURL, s.opts.Namespace), s.Token, s.opts.NotifyBackoff)
 }
 
+// registryData is the directory of the registry's images.
+func (s *Stack) registryData() string { return filepath.Join(s.opts.Dir, "registry", "data") }
+
 // RegistryConfig returns a configuration of Debian's docker-registry (CNCF distribution 2.8)
 // that stores images under dataDir, serves plain HTTP on addr, and sends a notification of every
-// push to hookURL with the webhook token as a Bearer credential, retrying after backoff.
+// push to hookURL with the webhook token as a Bearer credential, retrying after backoff. Each
+// answer carries RegistryHeader set to dataDir, by which a readiness probe tells this registry
+// from another program that took its port first (RegistryAnswers).
 func RegistryConfig(dataDir, addr, hookURL, token string, backoff time.Duration) string {
 	return fmt.Sprintf(`version: 0.1
 log:
@@ -463,6 +488,8 @@ storage:
     enabled: true
 http:
   addr: %s
+  headers:
+    %s: [%q]
 notifications:
   endpoints:
     - name: reflector
@@ -472,7 +499,7 @@ notifications:
       timeout: 2s
       threshold: 3
       backoff: %s
-`, dataDir, addr, hookURL, token, backoff)
+`, dataDir, addr, RegistryHeader, dataDir, hookURL, token, backoff)
 }
 
 // withEnv returns command's result with Options.Env of c added.
