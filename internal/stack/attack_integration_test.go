@@ -528,16 +528,32 @@ func (zeros) Read(p []byte) (int, error) {
 // waitLatest waits until policy's latestRef has tag want.
 func waitLatest(t *testing.T, s *stack.Stack, policy, want string) {
 	t.Helper()
-	testenv.Eventually(t, 60*time.Second, func() error {
-		p, err := s.Kube.Policies.Get(context.Background(), "default", policy)
+	waitTagIn(t, s, "default", policy, want)
+}
+
+// waitTagIn waits until the ImagePolicy namespace/name resolves to tag.
+func waitTagIn(t *testing.T, s *stack.Stack, namespace, name, tag string) {
+	t.Helper()
+	testenv.Eventually(t, time.Minute, func() error {
+		p, err := s.Kube.Policies.Get(context.Background(), namespace, name)
 		if err != nil {
 			return err
 		}
-		if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != want {
-			return fmt.Errorf("policy %s: latest %s, want %s; logs in %s", policy, refTag(p.Status.LatestRef), want, s.Log(stack.Scan))
+		if got := refTag(p.Status.LatestRef); got != tag {
+			return fmt.Errorf("ImagePolicy %s/%s: latest %s, want %s; logs in %s", namespace, name, got, tag, s.Log(stack.Scan))
 		}
 		return nil
 	})
+}
+
+// policyTag returns the latestRef tag of the ImagePolicy namespace/name (refTag).
+func policyTag(t *testing.T, s *stack.Stack, namespace, name string) string {
+	t.Helper()
+	p, err := s.Kube.Policies.Get(context.Background(), namespace, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return refTag(p.Status.LatestRef)
 }
 
 // refTag returns the tag of ref, "<none>" for nil.

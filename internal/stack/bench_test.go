@@ -257,9 +257,8 @@ func (pb *pushBench) run(b *testing.B) {
 	waitsBefore := storeWaits(b, s)
 	cpuBefore, gcBefore := cpuSeconds(b, s), collections(b, s)
 	profiled := profileAPIServer(b, s, *apiserverProfile)
-	requestsBefore := registryRequests(b, s)
+	requestsBefore, notFoundBefore := registryRequests(b, s)
 	b.ResetTimer()
-	began := time.Now()
 	for range b.N {
 		pb.pushed++
 		tag := fmt.Sprintf("1.%d.0", pb.pushed)
@@ -280,7 +279,7 @@ func (pb *pushBench) run(b *testing.B) {
 		traces = append(traces, pushTrace{sent: start, answered: answered, seen: took, id: id})
 	}
 	b.StopTimer()
-	pushing := time.Since(began)
+	pushing := b.Elapsed()
 	profiled()
 	// The writes of the measured pushes, of either kind: the annotation, the statuses and the
 	// Events that client-go's recorder sends in the background, which may still be on their way.
@@ -327,14 +326,8 @@ func (pb *pushBench) run(b *testing.B) {
 	// What the scan function asked docker-registry: at the default limit these requests share
 	// its bucket of 10 a second, and a confirmation's HEAD that comes before docker-registry
 	// wrote the tag is answered 404 and asked again.
-	notFound, all := 0.0, 0.0
-	for code, n := range registryRequests(b, s) {
-		d := n - requestsBefore[code]
-		all += d
-		if code == "404" {
-			notFound = d
-		}
-	}
+	all, notFound := registryRequests(b, s)
+	all, notFound = all-requestsBefore, notFound-notFoundBefore
 	b.ReportMetric(all/float64(b.N), "registry_requests/registry_push")
 	b.ReportMetric(notFound/float64(b.N), "registry_404/registry_push")
 	b.ReportMetric(all/pushing.Seconds(), "registry_requests/s")
@@ -719,21 +712,14 @@ func apiserverWrites(b *testing.B, s *stack.Stack) map[string]float64 {
 // waitSum is a histogram's sum and count.
 type waitSum struct{ sum, count float64 }
 
-// registryRequests returns the scan function's requests to the stack's docker-registry so far, by
-// the answer's status code ("error" for none).
-func registryRequests(b *testing.B, s *stack.Stack) map[string]float64 {
+// registryRequests returns the scan function's requests to the stack's docker-registry so far,
+// and how many of them were answered 404.
+func registryRequests(b *testing.B, s *stack.Stack) (all, notFound float64) {
 	b.Helper()
-	out := map[string]float64{}
-	for _, series := range testenv.Scrape(b, s.Metrics[stack.Scan])["reflector_registry_requests_total"].GetMetric() {
-		l := map[string]string{}
-		for _, p := range series.GetLabel() {
-			l[p.GetName()] = p.GetValue()
-		}
-		if l["host"] == s.Registry {
-			out[l["code"]] += series.GetCounter().GetValue()
-		}
-	}
-	return out
+	m := testenv.Scrape(b, s.Metrics[stack.Scan])
+	all, _ = m.Value("reflector_registry_requests_total", map[string]string{"host": s.Registry})
+	notFound, _ = m.Value("reflector_registry_requests_total", map[string]string{"host": s.Registry, "code": "404"})
+	return all, notFound
 }
 
 // storeWaits returns how long the scan and policy functions have waited for the tag store

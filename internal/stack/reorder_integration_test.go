@@ -92,9 +92,9 @@ func (r *reorderingSink) hold(subject string) {
 }
 
 // waitHeld waits until n TagsChanged events of the subject are held.
-func (r *reorderingSink) waitHeld(n int) {
-	r.t.Helper()
-	testenv.Eventually(r.t, 30*time.Second, func() error {
+func (r *reorderingSink) waitHeld(t *testing.T, n int) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, func() error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if len(r.held) < n {
@@ -105,9 +105,10 @@ func (r *reorderingSink) waitHeld(n int) {
 }
 
 // release stops holding and delivers the held events one after the other, each after the one
-// before was answered: the last first when reversed, else in the order they came.
-func (r *reorderingSink) release(reversed bool) {
-	r.t.Helper()
+// before was answered: the last first when reversed, else in the order they came. It reports
+// to t with Errorf only, so that it may run in a goroutine of t's.
+func (r *reorderingSink) release(t *testing.T, reversed bool) {
+	t.Helper()
 	r.mu.Lock()
 	r.holding = false
 	held, bodies := r.held, r.bodies
@@ -127,7 +128,7 @@ func (r *reorderingSink) release(reversed bool) {
 			code = r.deliver(held[i], bodies[i])
 		}
 		if code >= 300 {
-			r.t.Errorf("the policy function answered %d to a held TagsChanged, retried as a Broker does", code)
+			t.Errorf("the policy function answered %d to a held TagsChanged, retried as a Broker does", code)
 		}
 	}
 }
@@ -193,11 +194,11 @@ func TestHeldAnnouncementsIntegration(t *testing.T) {
 		sink.hold("default/order")
 		pushHeld(t, image, "order", "1.1.0", 2)
 		pushHeld(t, image, "order", "1.2.0", 3)
-		sink.waitHeld(2)
+		sink.waitHeld(t, 2)
 		if got := policyTag(t, s, "default", "order"); got != "1.0.0" {
 			t.Fatalf("with both announcements held, latestRef is %s, want 1.0.0", got)
 		}
-		sink.release(true)
+		sink.release(t, true)
 		waitTagIn(t, s, "default", "order", "1.2.0")
 		settleTags(t, seen, "1.0.0", "1.2.0")
 		// The policy records the revision it evaluated last, the repository's latest: the
@@ -222,7 +223,7 @@ func TestHeldAnnouncementsIntegration(t *testing.T) {
 		seen := watchTags(t, s, "default", "edit")
 		sink.hold("default/edit")
 		pushHeld(t, image, "edit", "1.1.0", 2)
-		sink.waitHeld(1)
+		sink.waitHeld(t, 1)
 		p, err := s.Kube.Policies.Get(ctx, "default", "edit")
 		if err != nil {
 			t.Fatal(err)
@@ -232,7 +233,7 @@ func TestHeldAnnouncementsIntegration(t *testing.T) {
 		released := make(chan struct{})
 		go func() {
 			defer close(released)
-			sink.release(false)
+			sink.release(t, false)
 		}()
 		// A status write may come between the read and the edit (the push's own evaluation, or
 		// the repository's): the edit is then made again on the object as it stands.
@@ -282,7 +283,7 @@ func TestHeldAnnouncementsIntegration(t *testing.T) {
 		seen := watchTags(t, s, other, "shared")
 		sink.hold("default/shared")
 		pushHeld(t, image, "shared", "1.1.0", 2)
-		sink.waitHeld(1)
+		sink.waitHeld(t, 1)
 		r, err := s.Kube.Repositories.Get(ctx, "default", "shared")
 		if err != nil {
 			t.Fatal(err)
@@ -294,7 +295,7 @@ func TestHeldAnnouncementsIntegration(t *testing.T) {
 		// What the withdrawal's own scan announces is held as well; the push's event, made
 		// while access was granted, is delivered first.
 		time.Sleep(time.Second)
-		sink.release(false)
+		sink.release(t, false)
 		testenv.Eventually(t, 30*time.Second, func() error {
 			got, err := s.Kube.Policies.Get(ctx, other, "shared")
 			if err != nil {
@@ -310,27 +311,6 @@ func TestHeldAnnouncementsIntegration(t *testing.T) {
 			t.Fatalf("after access was withdrawn, latestRef is %s, want 1.0.0 kept", got)
 		}
 	})
-}
-
-// waitTagIn waits until the ImagePolicy namespace/name resolves to tag.
-func waitTagIn(t *testing.T, s *stack.Stack, namespace, name, tag string) {
-	t.Helper()
-	testenv.Eventually(t, time.Minute, func() error {
-		if got := policyTag(t, s, namespace, name); got != tag {
-			return fmt.Errorf("ImagePolicy %s/%s resolves to %q, want %s", namespace, name, got, tag)
-		}
-		return nil
-	})
-}
-
-// policyTag returns the latestRef tag of the ImagePolicy namespace/name, "" for none.
-func policyTag(t *testing.T, s *stack.Stack, namespace, name string) string {
-	t.Helper()
-	p, err := s.Kube.Policies.Get(context.Background(), namespace, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return refTag(p.Status.LatestRef)
 }
 
 // watchTags watches the ImagePolicy namespace/name from its present state and returns a
