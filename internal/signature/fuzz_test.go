@@ -35,8 +35,7 @@ func FuzzParsePublicKeys(f *testing.F) {
 	f.Fuzz(func(t *testing.T, name string, data []byte) {
 		keys, err := ParsePublicKeys(map[string][]byte{name: data})
 		if err != nil {
-			said := strings.ReplaceAll(err.Error(), strconv.Quote(name), "")
-			if len(data) >= 8 && bytes.Contains([]byte(said), data) {
+			if quotesEntry(err, name, data) {
 				t.Fatalf("error %q quotes the entry", err)
 			}
 			return
@@ -97,8 +96,7 @@ func FuzzParseTrustStore(f *testing.F) {
 			if !errors.Is(err, ErrKeys) {
 				t.Fatalf("error %v does not wrap ErrKeys", err)
 			}
-			said := strings.ReplaceAll(err.Error(), strconv.Quote(name), "")
-			if len(data) >= 8 && bytes.Contains([]byte(said), data) {
+			if quotesEntry(err, name, data) {
 				t.Fatalf("error %q quotes the entry", err)
 			}
 			return
@@ -161,4 +159,11 @@ func FuzzParseTUFURL(f *testing.F) {
 			t.Fatalf("ParseTUFURL(%q) = %q, then %q, %v", s, got, again, err)
 		}
 	})
+}
+
+// quotesEntry tells whether err, a parser's error about the Secret entry name, holds the entry's
+// data (of 8 bytes or more) beyond the quoted name, which may hold the same bytes.
+func quotesEntry(err error, name string, data []byte) bool {
+	said := strings.ReplaceAll(err.Error(), strconv.Quote(name), "")
+	return len(data) >= 8 && bytes.Contains([]byte(said), data)
 }
