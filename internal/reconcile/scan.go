@@ -667,28 +667,42 @@ func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.Ima
 			return stored{}, storeError{fmt.Errorf("reading the tags of %s: %w", key, err)}
 		}
 	}
-	// Pushed tags that a listing chosen for its cost must show; see listed.
+	// The pushed tags that a listing must show, whatever it is done for (see listed): the
+	// first push of a repository is listed, and so is a push whose stored list is gone.
 	var recheck []string
+	if hint != nil {
+		recheck = hint.Tags
+	}
 	if incremental && len(hint.Tags) > 0 && s.lists(hint, repo.Status.LastScanResult.TagCount) {
-		incremental, recheck, listing = false, hint.Tags, ListingCheaper
+		incremental, listing = false, ListingCheaper
 	}
 	if incremental {
-		res, ok, err := s.addPushed(ctx, sc, key, held, hint.Tags)
-		res.invalid = invalid
-		if err != nil {
-			return res, storeError{err}
-		}
-		if ok {
-			return res, nil
+		confirmed, digests, unconfirmed := confirmPushed(ctx, sc, hint.Tags)
+		if unconfirmed == "" {
+			res, ok, err := s.addPushed(ctx, key, held, confirmed, digests)
+			res.invalid = invalid
+			if err != nil {
+				return res, storeError{err}
+			}
+			if ok {
+				return res, nil
+			}
+		} else {
+			// Confirm asked for it long enough: the listing alone tells whether it exists.
+			recheck = slices.DeleteFunc(slices.Clone(recheck), func(tag string) bool { return tag == unconfirmed })
 		}
 		listing = ListingUnconfirmed
 	}
 	res, err := sc.ListTags(ctx)
-	if err != nil {
+	if err != nil && !(registry.NotFound(err) && len(recheck) > 0) {
 		return stored{}, listingFailed{err}
 	}
 	invalid.Merge(res.Invalid)
 	tags := listed(ctx, sc, res, recheck)
+	if err != nil && len(tags) == 0 {
+		// An unknown repository, and none of its pushed tags to be found.
+		return stored{}, listingFailed{err}
+	}
 	entry, written, err := s.Store.Put(ctx, key, id, tags, clock(s.Now)())
 	if err != nil {
 		return stored{}, storeError{fmt.Errorf("storing the tags of %s: %w", key, err)}
@@ -846,25 +860,31 @@ func (s *Scanner) specScanned(repo *v1.ImageRepository, canonical string) bool {
 		slices.Equal(repo.GetExclusionList(), st.ObservedExclusionList)
 }
 
-// addPushed confirms each pushed tag (registry.Scan.Confirm) and adds those that exist and that
-// the exclusion list keeps to the stored list, which held was read from. It reports false when
-// a full listing must be done instead: the store holds no list of held's identity to add to, or
-// the registry could not confirm a tag.
-func (s *Scanner) addPushed(ctx context.Context, sc *registry.Scan, key string, held store.Entry, tags []string) (stored, bool, error) {
-	var confirmed []string
-	digests := map[string]string{}
+// confirmPushed confirms each pushed tag that the exclusion list keeps (registry.Scan.Confirm), in
+// order, and returns them with the digests they were confirmed with. It stops at the first tag
+// that the registry does not confirm, which it returns as unconfirmed: a full listing is done
+// instead.
+func confirmPushed(ctx context.Context, sc *registry.Scan, tags []string) (confirmed []string, digests map[string]string, unconfirmed string) {
+	digests = map[string]string{}
 	for _, tag := range tags {
 		if sc.Excluded(tag) || slices.Contains(confirmed, tag) {
 			continue
 		}
 		digest, err := sc.Confirm(ctx, tag)
 		if err != nil {
-			return stored{}, false, nil
+			return nil, nil, tag
 		}
 		confirmed = append(confirmed, tag)
 		digests[tag] = digest
 	}
 	markStep(ctx, "confirmed")
+	return confirmed, digests, ""
+}
+
+// addPushed adds the confirmed tags, with their digests, to the stored list, which held was
+// read from. It reports false when a full listing must be done instead: the store holds no list
+// of held's identity to add to.
+func (s *Scanner) addPushed(ctx context.Context, key string, held store.Entry, confirmed []string, digests map[string]string) (stored, bool, error) {
 	var (
 		a   store.Addition
 		err error
@@ -897,11 +917,12 @@ func notStored(hint *Hint, stored []string) *Hint {
 	return out
 }
 
-// listed returns the tags of a listing that replaced the confirmation of pushed tags, with those
-// of the pushed tags it missed that the registry confirms. Some registries (CNCF distribution
-// 2.8 among them) announce a push before their listing shows it. A listing that misses more
-// of them than it has pages is not racing a push: only that many, the latest, are confirmed,
-// so that a payload naming tags the registry does not have costs a bounded number of requests.
+// listed returns the tags of a listing done for a request that named pushed tags, with those of
+// the pushed tags it missed that the registry confirms. Some registries (CNCF distribution 2.8
+// among them) announce a push before their listing shows it, and the first push of a repository
+// before they list the repository at all: res is then empty. A listing that misses more of them
+// than it has pages is not racing a push: only that many, the latest, are confirmed, so that a
+// payload naming tags the registry does not have costs a bounded number of requests.
 func listed(ctx context.Context, sc *registry.Scan, res registry.Result, pushed []string) []string {
 	var missing []string
 	for _, tag := range pushed {

@@ -165,6 +165,107 @@ func TestScanIntegrationFullThenIncremental(t *testing.T) {
 	}
 }
 
+// TestScanIntegrationListingRacesThePush: a registry may announce a push before its listing
+// shows it (CNCF distribution 2.8 writes the tag after it notifies, and does not list a new
+// repository at all until then). A listing done for a request that names pushed tags confirms
+// those it misses, whatever the listing is done for: the first scan of a repository, a stored
+// list that is gone, or a repository the registry does not list yet. A named tag that the
+// registry does not have still fails a listing it cannot be added to.
+func TestScanIntegrationListingRacesThePush(t *testing.T) {
+	f := newScanFixture(t)
+	ctx := context.Background()
+	stale := testenv.RegistryFault{Status: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: `{"name":"app","tags":[]}`}
+	stored := func(name string) string {
+		t.Helper()
+		entry, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, name), f.identity(t, name))
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprint(entry.Tags)
+	}
+
+	// The first push of a repository never scanned, listed before it shows the tag.
+	f.reg.Push(t, "app", "1.0.0")
+	f.createRepo(t, "app")
+	f.reg.Inject(stale.On("/tags/list"))
+	out, err := f.scanner.Scan(ctx, f.ns, "app", &reconcile.Hint{Tags: []string{"1.0.0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Failure != "" || out.Listing != reconcile.ListingRequested || out.TagCount != 1 || !out.Changed {
+		t.Errorf("first push, stale listing: %+v", out)
+	}
+	if got := stored("app"); got != "[1.0.0]" {
+		t.Errorf("first push, stale listing: stored %s", got)
+	}
+
+	// The stored list is gone, and the listing done instead misses the pushed tag.
+	f.reg.Push(t, "app", "1.1.0")
+	if _, err := f.store.Delete(ctx, reconcile.StoreKey(f.ns, "app")); err != nil {
+		t.Fatal(err)
+	}
+	f.reg.Inject(testenv.RegistryFault{Status: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: `{"name":"app","tags":["1.0.0"]}`}.On("/tags/list"))
+	out, err = f.scanner.Scan(ctx, f.ns, "app", &reconcile.Hint{Tags: []string{"1.1.0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Failure != "" || out.Listing != reconcile.ListingUnconfirmed || out.TagCount != 2 {
+		t.Errorf("stored list gone, stale listing: %+v", out)
+	}
+	if got := stored("app"); got != "[1.0.0 1.1.0]" {
+		t.Errorf("stored list gone, stale listing: stored %s", got)
+	}
+
+	// The first push of a repository that the registry does not list yet: NAME_UNKNOWN.
+	f.reg.Push(t, "new", "0.1.0")
+	f.createRepo(t, "new")
+	f.reg.Inject(testenv.RegistryNotFound().On("/tags/list"))
+	out, err = f.scanner.Scan(ctx, f.ns, "new", &reconcile.Hint{Tags: []string{"0.1.0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Failure != "" || out.TagCount != 1 {
+		t.Errorf("first push, repository not listed: %+v", out)
+	}
+	if got := stored("new"); got != "[0.1.0]" {
+		t.Errorf("first push, repository not listed: stored %s", got)
+	}
+	st := f.get(t, "new").Status
+	if !apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition) || st.LastScanResult == nil || st.LastScanResult.TagCount != 1 {
+		t.Errorf("first push, repository not listed: status %+v", st)
+	}
+
+	// A repository the registry does not know, named with a tag it does not have: the scan
+	// fails with the listing's error after a bounded number of requests, and stores nothing.
+	f.createRepo(t, "ghost")
+	before := len(f.reg.Requests())
+	out, err = f.scanner.Scan(ctx, f.ns, "ghost", &reconcile.Hint{Tags: []string{"1.0.0", "2.0.0", "3.0.0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Failure == "" || out.Changed {
+		t.Errorf("unknown repository: %+v", out)
+	}
+	ready := apimeta.FindStatusCondition(f.get(t, "ghost").Status.Conditions, v1.ReadyCondition)
+	if ready == nil || ready.Status != metav1.ConditionFalse || !strings.Contains(ready.Message, "NAME_UNKNOWN") {
+		t.Errorf("unknown repository: Ready = %+v", ready)
+	}
+	if _, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, "ghost"), f.identity(t, "ghost")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("unknown repository: the store holds an entry (%v)", err)
+	}
+	heads := 0
+	for _, r := range f.reg.Requests()[before:] {
+		if r.Method == http.MethodHead {
+			heads++
+		}
+	}
+	if heads == 0 || heads > 11 {
+		t.Errorf("unknown repository: %d HEAD requests, want the confirmation of one tag (at most 11)", heads)
+	}
+}
+
 // TestScanIntegrationSignaturePushIsAnnounced pushes signatures of an image after it was
 // scanned, as cosign does in its legacy .sig tag, which the default exclusion list drops, and
 // again as a second referrer that rewrites the referrers tag schema's tag already stored: neither

@@ -35,7 +35,7 @@ func (s *Scan) head(ctx context.Context, tag string) (string, error) {
 	// second ping, no retry layer of its own.
 	desc, err := remote.Head(s.repo.Tag(ref.TagStr()), remote.WithTransport(s.rt), remote.WithContext(ctx))
 	if err != nil {
-		if notFound(err) {
+		if NotFound(err) {
 			return "", fmt.Errorf("tag %q not found: %w", tag, err)
 		}
 		return "", err
@@ -79,7 +79,7 @@ func (s *Scan) Confirm(ctx context.Context, tag string) (string, error) {
 		if err == nil {
 			return digest, nil
 		}
-		again := notFound(err)
+		again := NotFound(err)
 		if !torn && serverError(err) {
 			torn, again = true, true
 		}
@@ -96,8 +96,8 @@ func (s *Scan) Confirm(ctx context.Context, tag string) (string, error) {
 	}
 }
 
-// notFound tells a registry's 404 from other failures.
-func notFound(err error) bool {
+// NotFound tells a registry's 404 (an unknown repository, tag or manifest) from other failures.
+func NotFound(err error) bool {
 	terr, ok := errors.AsType[*transport.Error](err)
 	return ok && terr.StatusCode == http.StatusNotFound
 }
