@@ -694,13 +694,14 @@ func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.Ima
 		listing = ListingUnconfirmed
 	}
 	res, err := sc.ListTags(ctx)
-	if err != nil && !(registry.NotFound(err) && len(recheck) > 0) {
+	// A repository that the registry does not list yet may hold the pushed tags all the same.
+	unlisted := registry.NotFound(err) && len(recheck) > 0
+	if err != nil && !unlisted {
 		return stored{}, listingFailed{err}
 	}
 	invalid.Merge(res.Invalid)
 	tags := listed(ctx, sc, res, recheck)
-	if err != nil && len(tags) == 0 {
-		// An unknown repository, and none of its pushed tags to be found.
+	if unlisted && len(tags) == 0 {
 		return stored{}, listingFailed{err}
 	}
 	entry, written, err := s.Store.Put(ctx, key, id, tags, clock(s.Now)())

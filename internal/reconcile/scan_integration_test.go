@@ -174,8 +174,12 @@ func TestScanIntegrationFullThenIncremental(t *testing.T) {
 func TestScanIntegrationListingRacesThePush(t *testing.T) {
 	f := newScanFixture(t)
 	ctx := context.Background()
-	stale := testenv.RegistryFault{Status: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
-		Body: `{"name":"app","tags":[]}`}
+	// listing answers the next tag listing with tags, a JSON array, as a registry that has not
+	// written the pushed tag yet does.
+	listing := func(tags string) testenv.RegistryFault {
+		return testenv.RegistryFault{Status: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
+			Body: `{"name":"app","tags":` + tags + `}`}.On("/tags/list")
+	}
 	stored := func(name string) string {
 		t.Helper()
 		entry, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, name), f.identity(t, name))
@@ -188,7 +192,7 @@ func TestScanIntegrationListingRacesThePush(t *testing.T) {
 	// The first push of a repository never scanned, listed before it shows the tag.
 	f.reg.Push(t, "app", "1.0.0")
 	f.createRepo(t, "app")
-	f.reg.Inject(stale.On("/tags/list"))
+	f.reg.Inject(listing(`[]`))
 	out, err := f.scanner.Scan(ctx, f.ns, "app", &reconcile.Hint{Tags: []string{"1.0.0"}})
 	if err != nil {
 		t.Fatal(err)
@@ -205,8 +209,7 @@ func TestScanIntegrationListingRacesThePush(t *testing.T) {
 	if _, err := f.store.Delete(ctx, reconcile.StoreKey(f.ns, "app")); err != nil {
 		t.Fatal(err)
 	}
-	f.reg.Inject(testenv.RegistryFault{Status: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
-		Body: `{"name":"app","tags":["1.0.0"]}`}.On("/tags/list"))
+	f.reg.Inject(listing(`["1.0.0"]`))
 	out, err = f.scanner.Scan(ctx, f.ns, "app", &reconcile.Hint{Tags: []string{"1.1.0"}})
 	if err != nil {
 		t.Fatal(err)

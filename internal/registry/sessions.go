@@ -4,14 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
 
 // A session is the authenticated transport of a repository: go-containerregistry's, which knows
@@ -106,7 +104,7 @@ func (s *sessions) drop(key [sha256.Size]byte, err error) {
 	if s == nil {
 		return
 	}
-	if te, ok := errors.AsType[*transport.Error](err); ok && te.StatusCode == http.StatusNotFound {
+	if NotFound(err) {
 		return
 	}
 	s.mu.Lock()
