@@ -57,6 +57,7 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/cloudauth"
+	"github.com/imagereflector/reflector/internal/egress"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/function"
 	"github.com/imagereflector/reflector/internal/kube"
@@ -139,9 +140,13 @@ func FromEnv() (*Deps, error) {
 	if err != nil {
 		return nil, err
 	}
+	guard, err := egress.FromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Deps{
 		Kube:     env.Kube,
-		Registry: registry.New(append([]registry.Option{registry.WithCloudAuth(cloud)}, limit...)...),
+		Registry: registry.New(append([]registry.Option{registry.WithCloudAuth(cloud), registry.WithEgress(guard)}, limit...)...),
 		Store:    store.New(env.StoreDir, store.ReadOnly()),
 		Sink:     env.Sink,
 		Recorder: kube.NewRecorder(env.Kube, "reflector-policy", kube.PostingTo(env.FluxEvents)),

@@ -67,6 +67,7 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/cloudauth"
+	"github.com/imagereflector/reflector/internal/egress"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/function"
 	"github.com/imagereflector/reflector/internal/kube"
@@ -167,7 +168,11 @@ func FromEnv() (*Deps, error) {
 	if err != nil {
 		return nil, err
 	}
-	regOpts := append([]registry.Option{registry.WithCloudAuth(cloud)}, limit...)
+	guard, err := egress.FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	regOpts := append([]registry.Option{registry.WithCloudAuth(cloud), registry.WithEgress(guard)}, limit...)
 	d := &Deps{
 		Kube:     env.Kube,
 		Registry: registry.New(regOpts...),

@@ -122,6 +122,12 @@ func New(opts ...Option) *Authenticator {
 	return a
 }
 
+// OwnIdentity reports whether an object with spec.serviceAccountName serviceAccount logs in as
+// the functions' own cloud identity: no ServiceAccount of its own and no default one.
+func (a *Authenticator) OwnIdentity(serviceAccount string) bool {
+	return serviceAccount == "" && a.defaultAccount == ""
+}
+
 // ParseFeatureGates reads a list of gates in the form of Flux's --feature-gates,
 // "Name=true,Other=false", and reports whether ObjectLevelWorkloadIdentity is on. Unknown gates
 // are an error, so that a misspelt gate is not silently off.

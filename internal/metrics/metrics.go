@@ -10,6 +10,7 @@ package metrics
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,6 +49,11 @@ var (
 		Name: "reflector_registry_retry_after_wait_seconds_total",
 		Help: "Seconds spent waiting as registries asked with Retry-After, by host.",
 	}, []string{"host"})
+
+	registryLimiters = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "reflector_registry_rate_limiters",
+		Help: "Per-host request rate limiters the process keeps, one per registry host that objects name (bounded).",
+	})
 
 	storeLockWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "reflector_store_lock_wait_seconds",
@@ -101,7 +107,7 @@ func init() {
 	Registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		reconcileDuration, webhookRequests, registryRequests, retryAfterWaits, retryAfterSeconds,
+		reconcileDuration, webhookRequests, registryRequests, retryAfterWaits, retryAfterSeconds, registryLimiters,
 		storeLockWait, storeDamage, storeFull, repositoryTags, eventsSent, fluxEvents, cronPasses, cronObjects, cronDuration,
 	)
 }
@@ -148,21 +154,55 @@ func RecordWebhook(provider, result string) {
 	webhookRequests.WithLabelValues(provider, result).Inc()
 }
 
+// MaxHosts bounds the registry hosts that label series: objects name hosts, and any tenant may
+// name any. Requests to hosts beyond the first MaxHosts of the process count under OtherHost.
+const MaxHosts = 256
+
+// OtherHost is the host label of the registries beyond MaxHosts.
+const OtherHost = "other"
+
+var hosts = struct {
+	sync.Mutex
+	seen map[string]bool
+}{seen: map[string]bool{}}
+
+// hostLabel returns the label of a registry host: the host, or OtherHost once MaxHosts others
+// have labels.
+func hostLabel(host string) string {
+	hosts.Lock()
+	defer hosts.Unlock()
+	if hosts.seen[host] {
+		return host
+	}
+	if len(hosts.seen) >= MaxHosts {
+		return OtherHost
+	}
+	hosts.seen[host] = true
+	return host
+}
+
 // RecordRegistryRequest counts one request to a registry: its HTTP status code, or 0 when no
-// answer came.
+// answer came. host is the registry host of the object the request was made for, whichever host
+// the request itself went to.
 func RecordRegistryRequest(host string, code int) {
 	c := "error"
-	if code > 0 {
+	if code >= 100 && code < 600 {
 		c = strconv.Itoa(code)
+	} else if code > 0 {
+		c = "invalid"
 	}
-	registryRequests.WithLabelValues(host, c).Inc()
+	registryRequests.WithLabelValues(hostLabel(host), c).Inc()
 }
 
 // RecordRetryAfter counts a wait that a registry asked for.
 func RecordRetryAfter(host string, wait time.Duration) {
+	host = hostLabel(host)
 	retryAfterWaits.WithLabelValues(host).Inc()
 	retryAfterSeconds.WithLabelValues(host).Add(wait.Seconds())
 }
+
+// SetRegistryLimiters records how many per-host rate limiters the process keeps.
+func SetRegistryLimiters(n int) { registryLimiters.Set(float64(n)) }
 
 // RecordStoreWait records how long a store call waited for the database.
 func RecordStoreWait(write bool, waited time.Duration) {

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/egress"
 	"github.com/imagereflector/reflector/internal/redact"
 )
 
@@ -17,7 +18,8 @@ import (
 // errors.As with a *transport.Error reaches them programmatically.
 type Error struct {
 	// Reason is one of v1.AuthenticationFailedReason, v1.ReadOperationFailedReason,
-	// v1.ImageURLInvalidReason, v1.UnsupportedProviderReason and v1.FeatureGateDisabledReason.
+	// v1.ImageURLInvalidReason, v1.UnsupportedProviderReason, v1.FeatureGateDisabledReason,
+	// v1.TransportNotTrustedReason and v1.AddressNotAllowedReason.
 	Reason string
 	// Err is the underlying failure.
 	Err error
@@ -53,7 +55,7 @@ func Reason(err error) string {
 // the object should be marked Stalled rather than retried.
 func Stalled(err error) bool {
 	switch Reason(err) {
-	case v1.ImageURLInvalidReason, v1.UnsupportedProviderReason, v1.FeatureGateDisabledReason:
+	case v1.ImageURLInvalidReason, v1.UnsupportedProviderReason, v1.FeatureGateDisabledReason, v1.TransportNotTrustedReason:
 		return true
 	}
 	return false
@@ -61,10 +63,19 @@ func Stalled(err error) bool {
 
 // classify wraps err in an *Error whose reason follows from the registry's answer: refused
 // credentials are AuthenticationFailed, everything else (unknown names, server errors, timeouts,
-// malformed answers) is ReadOperationFailed. An err that is already classified is kept.
+// malformed answers) is ReadOperationFailed. An err that is already classified is kept. A
+// connection that the egress guard refused is AddressNotAllowed, and its message is the
+// refusal's alone: the rest of the chain quotes the URL that was refused, a redirect's target
+// among them.
 func classify(err error) error {
 	if err == nil {
 		return nil
+	}
+	if refused, ok := errors.AsType[*egress.RefusedError](err); ok {
+		return &Error{Reason: v1.AddressNotAllowedReason, Err: refused}
+	}
+	if ssrfRefusal(err) {
+		return &Error{Reason: v1.AddressNotAllowedReason, Err: &egress.RefusedError{}}
 	}
 	if _, ok := errors.AsType[*Error](err); ok {
 		return err
@@ -74,6 +85,16 @@ func classify(err error) error {
 		reason = v1.AuthenticationFailedReason
 	}
 	return &Error{Reason: reason, Err: err}
+}
+
+// ssrfRefusal reports whether err is go-containerregistry's own refusal of an address literal,
+// which comes before the guard sees the connection: a redirect to a private or link-local
+// address, or a token realm there. go-containerregistry gives these no type of their own, so
+// their wording is what tells them (TestIntegrationEgressRefusesInternalAddresses pins it); they
+// quote the address, which must not reach a status.
+func ssrfRefusal(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "SSRF protection") || strings.Contains(msg, "is a private or link-local address")
 }
 
 // authFailure reports whether the registry, or the proxy, refused the request's credentials.

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
-	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
@@ -14,7 +13,7 @@ func TestIntegrationInsecurePlainHTTP(t *testing.T) {
 	// ImageRepository is insecure.
 	reg := testenv.NewRegistry(t, testenv.RegistryAlias("registry.test"))
 	reg.Push(t, "app", "v1")
-	c := fast(registry.WithTransport(dialing(reg)))
+	c := fast(reaching(reg, "registry.test")...)
 	image := reg.HostAs("registry.test") + "/app"
 
 	_, err := scan(t, c, nil, imageRepository("default", image))

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/egress"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -30,11 +31,13 @@ func fast(opts ...registry.Option) *registry.Client {
 	}, opts...)...)
 }
 
-// dialing returns a transport that reaches reg under its RegistryAlias names.
-func dialing(reg *testenv.Registry) *http.Transport {
+// reaching returns the options of a Client that reaches reg under its RegistryAlias name alias:
+// a transport that dials the registry for it, and a guard that trusts the name as it is, so that
+// it is never looked up.
+func reaching(reg *testenv.Registry, alias string) []registry.Option {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = reg.DialContext
-	return t
+	return []registry.Option{registry.WithTransport(t), registry.WithEgress(egress.Allow("127.0.0.1/32", reg.HostAs(alias)))}
 }
 
 // imageRepository returns an ImageRepository of image in namespace ns with a 30s timeout.

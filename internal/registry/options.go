@@ -10,6 +10,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/imagereflector/reflector/internal/cloudauth"
+	"github.com/imagereflector/reflector/internal/egress"
 )
 
 // Option configures a Client.
@@ -69,11 +70,23 @@ func WithMaxTags(n int) Option {
 }
 
 // WithTransport sets the transport that scans start from. Scans with a certSecretRef or a
-// proxySecretRef use a clone of it with their TLS and proxy settings.
+// proxySecretRef use a clone of it with their TLS and proxy settings. Its connections pass the
+// Client's egress guard all the same.
 func WithTransport(t *http.Transport) Option {
 	return func(c *Client) {
 		if t != nil {
 			c.base = t
+		}
+	}
+}
+
+// WithEgress sets the guard of every connection a scan makes: the registry, its token
+// endpoint, every redirect and page link, through a proxy too. Without it the Client uses
+// egress.Default, REFLECTOR_ALLOWED_NETWORKS of the process.
+func WithEgress(g *egress.Guard) Option {
+	return func(c *Client) {
+		if g != nil {
+			c.guard = g
 		}
 	}
 }

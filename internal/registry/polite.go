@@ -25,21 +25,25 @@ import (
 type politeTransport struct {
 	inner http.RoundTripper
 	c     *Client
+	// host is the registry host of the object the requests are made for: its bucket and its
+	// metrics count every request, those that a redirect or a token endpoint sends to other
+	// hosts included.
+	host string
 }
 
 func (t *politeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	limiter := t.c.limiter(req.URL.Host)
+	limiter := t.c.limiter(t.host)
 	for attempt := 0; ; attempt++ {
 		if err := limiter.Wait(ctx); err != nil {
-			return nil, fmt.Errorf("waiting for the request rate limit of %s: %w", req.URL.Host, err)
+			return nil, fmt.Errorf("waiting for the request rate limit of %s: %w", t.host, err)
 		}
 		resp, err := t.inner.RoundTrip(req)
 		code := 0
 		if resp != nil {
 			code = resp.StatusCode
 		}
-		metrics.RecordRegistryRequest(req.URL.Host, code)
+		metrics.RecordRegistryRequest(t.host, code)
 		if !retriable(resp, err) || attempt >= t.c.maxRetries || (req.Body != nil && req.Body != http.NoBody) ||
 			code >= http.StatusInternalServerError && ctx.Value(serverErrorsToCallerKey{}) != nil {
 			return resp, err
@@ -61,7 +65,7 @@ func (t *politeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			_ = resp.Body.Close()
 		}
 		if asked {
-			metrics.RecordRetryAfter(req.URL.Host, wait)
+			metrics.RecordRetryAfter(t.host, wait)
 		}
 		if err := sleep(ctx, wait); err != nil {
 			return nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -63,16 +64,22 @@ func (c *Client) Prepare(ctx context.Context, kc *kube.Client, obj *v1.ImageRepo
 	}
 
 	sec := &secrets{kube: kc, namespace: obj.Namespace}
-	auth, err := c.authenticator(ctx, kc, sec, obj, repo.RegistryStr())
-	if err != nil {
-		return nil, err
-	}
 	base := c.base
+	// chosen names what of the transport the object chooses itself, if anything: its proxy, its
+	// CA, plain HTTP.
+	var chosen []string
+	if obj.Spec.Insecure {
+		chosen = append(chosen, "spec.insecure")
+	}
 	if obj.Spec.CertSecretRef != nil || obj.Spec.ProxySecretRef != nil {
 		base = base.Clone()
 		if ref := obj.Spec.CertSecretRef; ref != nil {
-			if base.TLSClientConfig, err = sec.tlsConfig(ctx, ref.Name, base.TLSClientConfig); err != nil {
+			var ca bool
+			if base.TLSClientConfig, ca, err = sec.tlsConfig(ctx, ref.Name, base.TLSClientConfig); err != nil {
 				return nil, err
+			}
+			if ca {
+				chosen = append(chosen, "the CA of spec.certSecretRef")
 			}
 		}
 		if ref := obj.Spec.ProxySecretRef; ref != nil {
@@ -81,8 +88,14 @@ func (c *Client) Prepare(ctx context.Context, kc *kube.Client, obj *v1.ImageRepo
 				return nil, err
 			}
 			base.Proxy = http.ProxyURL(u)
+			chosen = append(chosen, "spec.proxySecretRef")
 		}
 		s.owned = base
+	}
+	auth, err := c.authenticator(ctx, kc, sec, obj, repo.RegistryStr(), chosen)
+	if err != nil {
+		s.Close()
+		return nil, err
 	}
 
 	// A scan with its own TLS or proxy settings opens its own session; others reuse one.
@@ -100,7 +113,7 @@ func (c *Client) Prepare(ctx context.Context, kc *kube.Client, obj *v1.ImageRepo
 			return s, nil
 		}
 	}
-	polite := transport.NewUserAgent(&politeTransport{inner: base, c: c}, userAgent)
+	polite := transport.NewUserAgent(&politeTransport{inner: c.guard.RoundTripper(base), c: c, host: repo.RegistryStr()}, userAgent)
 	s.rt, err = transport.NewWithContext(ctx, repo.Registry, auth, polite, []string{repo.Scope(transport.PullScope)})
 	if err != nil {
 		s.Close()
@@ -148,11 +161,20 @@ func (s *Scan) fail(ctx context.Context, what string, err error) error {
 }
 
 // authenticator returns the credentials of a scan: spec.secretRef's when set, else those of the
-// provider's cloud, else (generic) those of spec.serviceAccountName's image pull secrets.
-func (c *Client) authenticator(ctx context.Context, kc *kube.Client, sec *secrets, obj *v1.ImageRepository, host string) (authn.Authenticator, error) {
+// provider's cloud, else (generic) those of spec.serviceAccountName's image pull secrets. The
+// functions' own cloud identity never travels through a transport that the object chose
+// (chosen names what it chose): a proxy of its own would see the credentials, a CA of its own
+// would let anyone it trusts intercept them, plain HTTP would show them to the network. Such an
+// object is Stalled with TransportNotTrusted before any login, so no token is even fetched.
+func (c *Client) authenticator(ctx context.Context, kc *kube.Client, sec *secrets, obj *v1.ImageRepository, host string, chosen []string) (authn.Authenticator, error) {
 	provider := obj.GetProvider()
 	if provider == v1.GenericProvider || obj.Spec.SecretRef != nil {
 		return sec.authenticator(ctx, obj, host)
+	}
+	if len(chosen) > 0 && c.cloud.OwnIdentity(obj.Spec.ServiceAccountName) {
+		return nil, &Error{Reason: v1.TransportNotTrustedReason, Err: fmt.Errorf(
+			"spec.provider %s logs in with reflector's own cloud identity, which is never sent through a transport the object chooses (%s): give the object spec.serviceAccountName (object-level workload identity) or a spec.secretRef, or remove %s",
+			provider, strings.Join(chosen, ", "), strings.Join(chosen, " and "))}
 	}
 	cred, err := c.cloud.Login(ctx, kc, provider, obj.Namespace, obj.Spec.ServiceAccountName, host)
 	if err != nil {

@@ -19,6 +19,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/imagereflector/reflector/internal/cloudauth"
+	"github.com/imagereflector/reflector/internal/egress"
+	"github.com/imagereflector/reflector/internal/metrics"
 )
 
 // Defaults of a Client made without options.
@@ -57,15 +59,20 @@ type Client struct {
 	maxBackoff     time.Duration
 	cloud          *cloudauth.Authenticator
 	sessions       *sessions
+	guard          *egress.Guard
 
 	mu       sync.Mutex
 	limiters map[string]*rate.Limiter
 }
 
+// maxLimiters bounds the token buckets kept, one per registry host that objects name: any
+// tenant may name any host. A bucket that is full again is the same as a new one, so those go
+// first when the bound is reached.
+const maxLimiters = 4096
+
 // New returns a Client configured by opts.
 func New(opts ...Option) *Client {
 	c := &Client{
-		base:           remote.DefaultTransport.(*http.Transport),
 		rate:           DefaultRate,
 		burst:          DefaultBurst,
 		pageSize:       DefaultPageSize,
@@ -82,19 +89,59 @@ func New(opts ...Option) *Client {
 	if c.cloud == nil {
 		c.cloud = cloudauth.New()
 	}
+	if c.guard == nil {
+		c.guard = egress.Default()
+	}
+	if c.base == nil {
+		// go-containerregistry's defaults, dialled by the guard's own dialer, which checks the
+		// address of each socket once more as it connects.
+		c.base = remote.DefaultTransport.(*http.Transport).Clone()
+		c.base.DialContext = nil
+	}
+	c.base = c.guard.Transport(c.base)
 	return c
 }
 
-// limiter returns the token bucket of a registry host, creating it on first use.
+// limiter returns the token bucket of a registry host, creating it on first use. The host is
+// the one an object names, never one its registry redirects to, so that no registry can make a
+// scan spend other hosts' buckets or grow their number.
 func (c *Client) limiter(host string) *rate.Limiter {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l, ok := c.limiters[host]
 	if !ok {
+		if len(c.limiters) >= maxLimiters {
+			c.evictLimiters()
+		}
 		l = rate.NewLimiter(c.rate, c.burst)
 		c.limiters[host] = l
+		metrics.SetRegistryLimiters(len(c.limiters))
 	}
 	return l
+}
+
+// evictLimiters makes room for a new bucket: the full ones go, and when none is full, an
+// arbitrary one, which then starts again full. The caller holds c.mu.
+func (c *Client) evictLimiters() {
+	now := time.Now()
+	for h, l := range c.limiters {
+		if l.TokensAt(now) >= float64(c.burst) {
+			delete(c.limiters, h)
+		}
+	}
+	for h := range c.limiters {
+		if len(c.limiters) < maxLimiters {
+			break
+		}
+		delete(c.limiters, h)
+	}
+}
+
+// Limiters returns the number of token buckets the Client keeps.
+func (c *Client) Limiters() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.limiters)
 }
 
 // ListingRequests is the number of requests ListTags makes for a repository of tags tags: one

@@ -205,8 +205,16 @@ func sameRegistry(a, b string) bool {
 
 // tlsConfig builds the TLS settings of spec.certSecretRef: ca.crt added to the system roots,
 // tls.crt and tls.key presented as the client certificate. Flux's deprecated key names caFile,
-// certFile and keyFile are read too.
-func (s *secrets) tlsConfig(ctx context.Context, name string, base *tls.Config) (*tls.Config, error) {
+// certFile and keyFile are read too. ca tells whether the Secret adds a CA.
+func (s *secrets) tlsConfig(ctx context.Context, name string, base *tls.Config) (_ *tls.Config, ca bool, err error) {
+	cfg, err := s.buildTLS(ctx, name, base)
+	if err != nil {
+		return nil, false, err
+	}
+	return cfg, cfg.RootCAs != nil && (base == nil || cfg.RootCAs != base.RootCAs), nil
+}
+
+func (s *secrets) buildTLS(ctx context.Context, name string, base *tls.Config) (*tls.Config, error) {
 	sec, err := s.secret(ctx, name, "spec.certSecretRef")
 	if err != nil {
 		return nil, err

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
-	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
@@ -62,7 +61,7 @@ func TestIntegrationCertificates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := fast(registry.WithTransport(dialing(tt.reg)))
+			c := fast(reaching(tt.reg, "registry.test")...)
 			res, err := scan(t, c, kc, imageRepository(ns, tt.reg.HostAs("registry.test")+"/app", tt.edit))
 			if tt.reason != "" {
 				wantError(t, err, tt.reason, tt.says...)

@@ -30,6 +30,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/egress"
 )
 
 // Names and media types of Notation signatures.
@@ -224,7 +225,11 @@ const (
 // revocationOptions returns notation-go's revocation validators with HTTP clients whose
 // responses are bounded by maxRevocationBytes.
 func revocationOptions() (nverifier.VerifierOptions, error) {
-	client := &http.Client{Timeout: revocationTimeout, Transport: boundedTransport{http.DefaultTransport, maxRevocationBytes}}
+	// The certificates name the OCSP and CRL addresses, and whoever signs may choose them: they
+	// pass the egress guard as registry connections do.
+	guard := egress.Default()
+	next := guard.RoundTripper(guard.Transport(http.DefaultTransport.(*http.Transport)))
+	client := &http.Client{Timeout: revocationTimeout, Transport: boundedTransport{next, maxRevocationBytes}}
 	crls, err := crl.NewHTTPFetcher(client)
 	if err != nil {
 		return nverifier.VerifierOptions{}, err

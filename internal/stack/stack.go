@@ -29,6 +29,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/imagereflector/reflector/internal/egress"
 	"github.com/imagereflector/reflector/internal/function"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -399,7 +400,10 @@ func logs(path, line string) ready {
 // process is ready (nil for none).
 func (s *Stack) command(c string) (*exec.Cmd, ready, error) {
 	d := s.opts.Dir
-	env := append(os.Environ(), "KUBECONFIG="+s.Env.Kubeconfig, "REFLECTOR_LISTEN_HOST=127.0.0.1")
+	// The registries of a stack live on 127.0.0.1, and that is all it allows them to reach:
+	// every other loopback address stands for a cluster's private network.
+	env := append(os.Environ(), "KUBECONFIG="+s.Env.Kubeconfig, "REFLECTOR_LISTEN_HOST=127.0.0.1",
+		egress.EnvAllow+"="+testenv.LoopbackAllowed)
 	switch c {
 	case Registry:
 		cfg := filepath.Join(d, "registry", "config.yml")

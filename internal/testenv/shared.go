@@ -9,7 +9,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/imagereflector/reflector/internal/egress"
 )
+
+// LoopbackAllowed is the egress allow-list of tests and of `make run`: 127.0.0.1 alone.
+const LoopbackAllowed = "127.0.0.1/32"
 
 var (
 	sharedOnce sync.Once
@@ -18,10 +23,17 @@ var (
 	nsCounter  atomic.Int64
 )
 
-// Main runs a package's tests and then stops the environment they shared. Use it as
+// Main runs a package's tests, with LoopbackAllowed as the egress allow-list unless the
+// environment sets one, and then stops the environment they shared. Use it as
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
 func Main(m *testing.M) {
+	// Tests reach their servers on 127.0.0.1, as `make run` allows its registries there; every
+	// other loopback address stands for a cluster's private network, which the egress guard
+	// refuses.
+	if _, set := os.LookupEnv(egress.EnvAllow); !set {
+		os.Setenv(egress.EnvAllow, LoopbackAllowed)
+	}
 	code := m.Run()
 	if shared != nil {
 		if err := shared.Stop(); err != nil {

@@ -69,4 +69,11 @@ const (
 	// image carries a valid signature, or the trusted keys cannot be used. It is the reason
 	// Flux's source-controller gives its own verification failures.
 	VerificationErrorReason = "VerificationError"
+	// AddressNotAllowedReason signals that a connection made for the object, to its registry, a
+	// redirect or a token endpoint, led to an address that reflector does not connect to:
+	// loopback, private, link-local and the like, unless the administrator allows it.
+	AddressNotAllowedReason = "AddressNotAllowed"
+	// TransportNotTrustedReason signals that the object would send reflector's own cloud
+	// credentials through a transport it chooses itself: its proxy, its CA or plain HTTP.
+	TransportNotTrustedReason = "TransportNotTrusted"
 )
