@@ -24,6 +24,8 @@
 //	KUBECONFIG            kubeconfig file; in-cluster configuration without it
 //	REFLECTOR_STORE_DIR   the Badger tag store directory, opened read-only (required)
 //	K_SINK                where LatestChanged events go (Knative SinkBinding); none without it
+//	K_SINK_TOKEN_FILE     the token each LatestChanged event carries, for K_SINK's audience
+//	                      (default /oidc/token, where the SinkBinding mounts it)
 //	REFLECTOR_EVENTS_ADDR notification-controller's event receiver (Flux's --events-addr, e.g.
 //	                      http://notification-controller.flux-system.svc.cluster.local./): each
 //	                      evaluation's Event is also posted there as a Flux event, so Flux Alerts

@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 )
@@ -33,4 +34,89 @@ func (l *limiters) allow(receiver string) bool {
 	}
 	l.mu.Unlock()
 	return b.Allow()
+}
+
+// addressLimits holds a token bucket per key for keys a sender chooses (its address, its
+// ServiceAccount), at most size of them: when full, the buckets that have refilled are dropped,
+// and if none has, all are, so that memory stays bounded whatever the senders. A dropped bucket
+// starts again full, which costs at most a burst per key.
+type addressLimits struct {
+	rate  float64
+	burst float64
+	size  int
+	now   func() time.Time
+
+	mu      sync.Mutex
+	buckets map[string]*bucket
+}
+
+// bucket is a token bucket whose tokens can be given back, which rate.Limiter's reservations
+// cannot once they are due.
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+func newAddressLimits(r rate.Limit, burst, size int, now func() time.Time) *addressLimits {
+	return &addressLimits{rate: float64(r), burst: float64(burst), size: max(size, 1), now: now, buckets: map[string]*bucket{}}
+}
+
+// refill brings b's tokens up to now; the caller holds l.mu.
+func (l *addressLimits) refill(b *bucket, now time.Time) {
+	if elapsed := now.Sub(b.at).Seconds(); elapsed > 0 {
+		b.tokens = min(l.burst, b.tokens+elapsed*l.rate)
+	}
+	b.at = now
+}
+
+// take takes a token from key's bucket and reports whether there was one.
+func (l *addressLimits) take(key string) bool {
+	if l.rate >= float64(rate.Inf) {
+		return true
+	}
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.buckets[key]
+	if !ok {
+		if len(l.buckets) >= l.size {
+			l.evict(now)
+		}
+		b = &bucket{tokens: l.burst, at: now}
+		l.buckets[key] = b
+	}
+	l.refill(b, now)
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// give returns a token that take took, for a request that turned out not to count.
+func (l *addressLimits) give(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b, ok := l.buckets[key]; ok {
+		b.tokens = min(l.burst, b.tokens+1)
+	}
+}
+
+// evict drops the buckets that are full again, or all when none is; the caller holds l.mu.
+func (l *addressLimits) evict(now time.Time) {
+	for k, b := range l.buckets {
+		if l.refill(b, now); b.tokens >= l.burst {
+			delete(l.buckets, k)
+		}
+	}
+	if len(l.buckets) >= l.size {
+		clear(l.buckets)
+	}
+}
+
+// len returns how many buckets are held.
+func (l *addressLimits) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.buckets)
 }
