@@ -27,9 +27,9 @@
 //	REFLECTOR_WEBHOOK_UNAUTHENTICATED_RATE  webhook deliveries per second that fail authentication
 //	                                from one remote address (default 5), counted before the body
 //	                                is read: beyond it and its burst a delivery from that address
-//	                                is answered 429 unread, unverified; an authenticated delivery
-//	                                gives its token back. Behind Knative's ingress every delivery
-//	                                comes from the proxy, so this bounds them all together
+//	                                is answered 429 unread, unverified; only failed deliveries are
+//	                                charged. Behind Knative's ingress every delivery comes from the
+//	                                proxy, so this bounds them all together
 //	REFLECTOR_WEBHOOK_UNAUTHENTICATED_BURST  and in a burst (default 20)
 //	REFLECTOR_REGISTRY_RATE         requests per second the scans send to one registry host (default
 //	                                10; 0: no limit): a push costs one, so a release wave of N pushes

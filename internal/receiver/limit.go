@@ -50,8 +50,8 @@ type addressLimits struct {
 	buckets map[string]*bucket
 }
 
-// bucket is a token bucket whose tokens can be given back, which rate.Limiter's reservations
-// cannot once they are due.
+// bucket is a token bucket that can be charged after the fact and go into debt, which
+// rate.Limiter cannot.
 type bucket struct {
 	tokens float64
 	at     time.Time
@@ -74,9 +74,42 @@ func (l *addressLimits) take(key string) bool {
 	if l.rate >= float64(rate.Inf) {
 		return true
 	}
-	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	b := l.bucket(key)
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// allow reports whether key's bucket holds a token, without taking it: the caller charges it
+// afterwards, if the request turns out to count.
+func (l *addressLimits) allow(key string) bool {
+	if l.rate >= float64(rate.Inf) {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bucket(key).tokens >= 1
+}
+
+// charge takes a token from key's bucket after the fact. Requests that allow let through at
+// once may take more than it holds: the bucket then owes them, and allows nothing until it
+// has refilled past the debt, so that concurrency buys a sender nothing.
+func (l *addressLimits) charge(key string) {
+	if l.rate >= float64(rate.Inf) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.bucket(key).tokens--
+}
+
+// bucket returns key's bucket refilled up to now, creating it full; the caller holds l.mu.
+func (l *addressLimits) bucket(key string) *bucket {
+	now := l.now()
 	b, ok := l.buckets[key]
 	if !ok {
 		if len(l.buckets) >= l.size {
@@ -86,20 +119,7 @@ func (l *addressLimits) take(key string) bool {
 		l.buckets[key] = b
 	}
 	l.refill(b, now)
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
-}
-
-// give returns a token that take took, for a request that turned out not to count.
-func (l *addressLimits) give(key string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if b, ok := l.buckets[key]; ok {
-		b.tokens = min(l.burst, b.tokens+1)
-	}
+	return b
 }
 
 // evict drops the buckets that are full again, or all when none is; the caller holds l.mu.

@@ -8,7 +8,7 @@ import (
 	"golang.org/x/time/rate"
 )
 
-func TestAddressLimitsTakeAndGiveBack(t *testing.T) {
+func TestAddressLimitsTake(t *testing.T) {
 	now := time.Unix(0, 0)
 	l := newAddressLimits(1, 3, 100, func() time.Time { return now })
 	for i := range 3 {
@@ -22,14 +22,6 @@ func TestAddressLimitsTakeAndGiveBack(t *testing.T) {
 	if !l.take("192.0.2.2") {
 		t.Error("another address shares the first one's bucket")
 	}
-	// A request that turns out to be authenticated gives its token back.
-	l.give("192.0.2.1")
-	if !l.take("192.0.2.1") {
-		t.Error("a token given back cannot be taken")
-	}
-	if l.take("192.0.2.1") {
-		t.Error("giving back made more than one token")
-	}
 	now = now.Add(2 * time.Second)
 	for i := range 2 {
 		if !l.take("192.0.2.1") {
@@ -39,14 +31,36 @@ func TestAddressLimitsTakeAndGiveBack(t *testing.T) {
 	if l.take("192.0.2.1") {
 		t.Error("the bucket refilled beyond the elapsed time")
 	}
-	// Giving back never exceeds the burst.
-	for range 10 {
-		l.give("192.0.2.2")
-	}
-	for i := range 4 {
-		if ok := l.take("192.0.2.2"); ok != (i < 3) {
-			t.Errorf("take %d after giving back more than was taken: %v", i, ok)
+}
+
+func TestAddressLimitsChargeAfterTheFact(t *testing.T) {
+	now := time.Unix(0, 0)
+	l := newAddressLimits(1, 3, 100, func() time.Time { return now })
+	// Requests that are not charged (authenticated ones) never spend the bucket, however many.
+	for i := range 100 {
+		if !l.allow("192.0.2.1") {
+			t.Fatalf("allow %d without any charge refused", i)
 		}
+	}
+	// Ten requests let through at once, all charged afterwards: the bucket owes seven.
+	for range 10 {
+		if !l.allow("192.0.2.1") {
+			t.Fatal("allow refused before any charge")
+		}
+	}
+	for range 10 {
+		l.charge("192.0.2.1")
+	}
+	now = now.Add(7 * time.Second)
+	if l.allow("192.0.2.1") {
+		t.Error("allowed while the bucket still owes the concurrent charges")
+	}
+	now = now.Add(time.Second)
+	if !l.allow("192.0.2.1") {
+		t.Error("refused once the debt was paid back")
+	}
+	if !l.allow("192.0.2.2") {
+		t.Error("another address shares the first one's debt")
 	}
 }
 
@@ -62,13 +76,13 @@ func TestAddressLimitsHoldABoundedNumberOfBuckets(t *testing.T) {
 	// Buckets that refilled go first: a drained one survives an eviction that finds any.
 	now = now.Add(time.Hour)
 	l = newAddressLimits(1, 2, 3, func() time.Time { return now })
-	l.take("idle")
+	l.charge("idle")
 	now = now.Add(time.Minute)
-	l.take("drained")
-	l.take("drained")
-	l.take("third")
-	l.take("fourth")
-	if l.take("drained") {
+	l.charge("drained")
+	l.charge("drained")
+	l.charge("third")
+	l.charge("fourth")
+	if l.allow("drained") {
 		t.Error("the drained bucket was dropped while a refilled one was held")
 	}
 }

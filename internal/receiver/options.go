@@ -17,10 +17,10 @@ const (
 	DefaultRate  = 10
 	DefaultBurst = 50
 	// DefaultUnauthenticatedRate and DefaultUnauthenticatedBurst are each remote address's
-	// token bucket of deliveries that fail authentication, taken before the body is read:
-	// beyond it a delivery is answered 429 at the cost of its headers, without a read or an
-	// HMAC. A delivery that authenticates gives its token back, so a sender with the right
-	// token never spends it.
+	// token bucket of deliveries that fail authentication, checked before the body is read:
+	// once it is spent, a delivery is answered 429 at the cost of its headers, without a read
+	// or an HMAC. Only failed deliveries are charged, so a sender with the right token never
+	// spends it.
 	DefaultUnauthenticatedRate  = 5
 	DefaultUnauthenticatedBurst = 20
 	// DefaultSenderLimits bounds the remote addresses and CloudEvents senders whose buckets are
@@ -96,7 +96,7 @@ func WithRateLimit(perSecond rate.Limit, burst int) Option {
 }
 
 // WithUnauthenticatedLimit sets each remote address's token bucket of webhook deliveries that
-// fail authentication: perSecond with bursts of burst, taken before the body is read. Behind a
+// fail authentication: perSecond with bursts of burst, checked before the body is read. Behind a
 // proxy (Knative's ingress and queue-proxy) every delivery comes from the proxy's address, so
 // the bucket bounds the cost of all unauthenticated deliveries together. rate.Inf disables it.
 func WithUnauthenticatedLimit(perSecond rate.Limit, burst int) Option {

@@ -117,18 +117,19 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request) result {
 		return res.with(http.StatusNotFound, fmt.Sprintf("unknown provider; known: %s", strings.Join(webhook.Providers(), ", ")))
 	}
 	// Reading the body and checking its signature are what a sender without the token can make
-	// the receiver do; each remote address has a budget of them. A delivery that authenticates
-	// gives its token back.
+	// the receiver do; each remote address has a budget of deliveries that fail
+	// authentication, checked before the read and charged once a delivery has failed, so that
+	// deliveries with the right token, however many at once, never spend it.
 	addr := remoteHost(req.RemoteAddr)
-	if !r.unauthenticated.take(addr) {
+	if !r.unauthenticated.allow(addr) {
 		w.Header().Set("Retry-After", "1")
 		res.skipped = metrics.WebhookThrottled
 		return res.with(http.StatusTooManyRequests, "too many deliveries that fail authentication from this address; retry later")
 	}
 	authenticated := false
 	defer func() {
-		if authenticated {
-			r.unauthenticated.give(addr)
+		if !authenticated {
+			r.unauthenticated.charge(addr)
 		}
 	}()
 	if req.ContentLength > MaxBodyBytes {
