@@ -36,6 +36,8 @@ type config struct {
 	storeDir    string
 	storeEvery  time.Duration
 	metricsAddr string
+	// scanTokenFile and policyTokenFile hold the tokens presented to scanURL and policyURL.
+	scanTokenFile, policyTokenFile string
 }
 
 // parseFlags parses the command line args (without the program name) into a config, reading
@@ -48,6 +50,14 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.DurationVar(&c.every, "every", time.Minute, "time between passes; also the window each pass answers for")
 	fs.StringVar(&c.scanURL, "scan-url", "", "where scan requests go (default $K_SINK)")
 	fs.StringVar(&c.policyURL, "policy-url", "", "where policy requests go (default $K_SINK)")
+	// A sender proves itself with a ServiceAccount token for the receiver's audience. The cron
+	// reads it from a file, as Knative's SinkBinding mounts one for $K_SINK (the broker) at
+	// /oidc/token: for a direct --scan-url or --policy-url the file is a projected
+	// serviceAccountToken volume with that function's audience, which the kubelet renews. A
+	// TokenRequest through client-go would need serviceaccounts/token create for the cron's
+	// ServiceAccount, a grant that lets its holder mint tokens; a projected volume needs none.
+	fs.StringVar(&c.scanTokenFile, "scan-token-file", "", "file whose token (for the scan function's audience) scan requests carry (default $K_SINK_TOKEN_FILE or /oidc/token)")
+	fs.StringVar(&c.policyTokenFile, "policy-token-file", "", "file whose token (for the policy function's audience) policy requests carry (default $K_SINK_TOKEN_FILE or /oidc/token)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config or in-cluster)")
 	fs.IntVar(&c.concurrency, "concurrency", 8, "dispatches under way at once")
 	fs.DurationVar(&c.spread, "spread", 20*time.Second, "window over which dispatches are spread")
@@ -104,11 +114,11 @@ func run(cfg config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	scan, err := events.NewSender(cfg.scanURL, events.SourceCron, nil)
+	scan, err := events.NewSender(cfg.scanURL, events.SourceCron, nil, events.WithTokenFile(cfg.scanTokenFile))
 	if err != nil {
 		return err
 	}
-	policy, err := events.NewSender(cfg.policyURL, events.SourceCron, nil)
+	policy, err := events.NewSender(cfg.policyURL, events.SourceCron, nil, events.WithTokenFile(cfg.policyTokenFile))
 	if err != nil {
 		return err
 	}

@@ -31,9 +31,11 @@ func TestParseFlags(t *testing.T) {
 		name: "flags win over the environment",
 		args: []string{"--once", "--every=5m", "--scan-url=http://scan/", "--policy-url=http://policy/",
 			"--kubeconfig=/kc", "--concurrency=2", "--spread=1s", "--page-size=50", "--timeout=10s",
-			"--store-dir=", "--store-every=0", "--metrics-addr="},
+			"--store-dir=", "--store-every=0", "--metrics-addr=",
+			"--scan-token-file=/var/run/secrets/scan/token", "--policy-token-file=/var/run/secrets/policy/token"},
 		env: map[string]string{"K_SINK": "http://broker/", "REFLECTOR_STORE_DIR": "/data/tags"},
 		want: config{once: true, every: 5 * time.Minute, scanURL: "http://scan/", policyURL: "http://policy/",
+			scanTokenFile: "/var/run/secrets/scan/token", policyTokenFile: "/var/run/secrets/policy/token",
 			kubeconfig: "/kc", concurrency: 2, spread: time.Second, pageSize: 50, timeout: 10 * time.Second},
 	}, {
 		name: "one URL from the flag, the other from K_SINK",

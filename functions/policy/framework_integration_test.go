@@ -2,7 +2,6 @@ package policy_test
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -17,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -89,15 +89,28 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 	})
 	url := "http://127.0.0.1:" + strconv.Itoa(host.Port)
 
-	resp, err := http.Post(url+"/evaluate?namespace="+ns+"&name=app", "", nil)
+	// The cron reconciler's request, evaluated before the answer; /evaluate is off by default.
+	req, _ := http.NewRequest(http.MethodPost, url+"/", strings.NewReader(`{"namespace":"`+ns+`","name":"app"}`))
+	for k, v := range map[string]string{"Ce-Specversion": "1.0", "Ce-Type": events.TypePolicyRequested,
+		"Ce-Source": events.SourceCron, "Ce-Id": "ff-1", "Content-Type": "application/json"} {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	var out reconcile.PolicyOutcome
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &out) != nil || out.Result != reconcile.PolicySucceeded {
-		t.Errorf("POST /evaluate: %s %s", resp.Status, b)
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("a policy request: %s %s", resp.Status, b)
+	}
+	resp, err = http.Post(url+"/evaluate?namespace="+ns+"&name=app", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("POST /evaluate without REFLECTOR_DEBUG_ENDPOINTS: %s, want 404", resp.Status)
 	}
 	p, err := c.Policies.Get(ctx, ns, "app")
 	if err != nil {
@@ -109,7 +122,7 @@ func TestFunctionsFrameworkIntegration(t *testing.T) {
 
 	// The host logs an ignored CloudEvent's source; this one's carries a password.
 	tc := trace.New()
-	req, _ := http.NewRequest(http.MethodPost, url+"/", strings.NewReader("{}"))
+	req, _ = http.NewRequest(http.MethodPost, url+"/", strings.NewReader("{}"))
 	for k, v := range map[string]string{"Ce-Specversion": "1.0", "Ce-Type": "com.example.unknown", "Ce-Source": testenv.PlantedSource,
 		"Ce-Id": "ff-2", "Content-Type": "application/json", trace.Header: tc.String()} {
 		req.Header.Set(k, v)

@@ -3,13 +3,15 @@
 // internal/reconcile's Evaluator.
 //
 // It is cluster-local: the broker delivers to it and nothing outside the cluster reaches it. With
-// REFLECTOR_OIDC_AUDIENCE set, every request but /healthz must carry a ServiceAccount token for
-// that audience. It registers one HTTP function, "policy", with functions-framework-go, which
-// answers:
+// REFLECTOR_OIDC_AUDIENCE set, as knative/ and make run set it, every request but /healthz must
+// carry a ServiceAccount token for that audience (401 otherwise, nothing evaluated). It
+// registers one HTTP function, "policy", with functions-framework-go, which answers:
 //
 //	GET  /healthz                                   200
-//	POST /evaluate?namespace=N&name=P               evaluate ImagePolicy N/P; JSON outcome
+//	POST /evaluate?namespace=N&name=P               evaluate ImagePolicy N/P; JSON outcome (only
+//	                                                with REFLECTOR_DEBUG_ENDPOINTS=true; 404 otherwise)
 //	POST /evaluate-repository?namespace=N&name=R    evaluate the ImagePolicies of ImageRepository N/R
+//	                                                (the same)
 //	POST / (any other path)                         CloudEvents, binary or structured mode:
 //	    io.imagereflector.tags.changed.v1           the scan function: evaluate the repository's policies
 //	    io.imagereflector.policy.requested.v1       the cron reconciler: evaluate one policy
@@ -22,6 +24,8 @@
 //	KUBECONFIG            kubeconfig file; in-cluster configuration without it
 //	REFLECTOR_STORE_DIR   the Badger tag store directory, opened read-only (required)
 //	K_SINK                where LatestChanged events go (Knative SinkBinding); none without it
+//	K_SINK_TOKEN_FILE     the token each LatestChanged event carries, for K_SINK's audience
+//	                      (default /oidc/token, where the SinkBinding mounts it)
 //	REFLECTOR_EVENTS_ADDR notification-controller's event receiver (Flux's --events-addr, e.g.
 //	                      http://notification-controller.flux-system.svc.cluster.local./): each
 //	                      evaluation's Event is also posted there as a Flux event, so Flux Alerts
@@ -29,7 +33,12 @@
 //	REFLECTOR_METRICS_ADDR  where cmd/policy serves /metrics (default :9095; "off": none)
 //	REFLECTOR_LISTEN_HOST   the address cmd/policy serves $PORT on (default: every interface)
 //	REFLECTOR_OIDC_AUDIENCE   require senders to present a ServiceAccount token for this audience
+//	                      (Knative Eventing's authentication-oidc; knative/ sets reflector-policy);
+//	                      unset, any caller is served: only for tests of the function alone
 //	REFLECTOR_OIDC_NAMESPACES and a ServiceAccount of one of these namespaces (comma-separated)
+//	REFLECTOR_DEBUG_ENDPOINTS "true": serve /evaluate and /evaluate-repository, which read and
+//	                      write any namespace's policies on request; needs REFLECTOR_OIDC_AUDIENCE,
+//	                      so that only a proven caller reaches them. Off by default, and in knative/
 //	REFLECTOR_FEATURE_GATES, REFLECTOR_DEFAULT_SERVICE_ACCOUNT  as for the scan function: how
 //	                      digest reflection (a HEAD of the latest tag) logs in to cloud registries
 //	REFLECTOR_SIGSTORE_TUF_URL    the TUF repository that the Sigstore trusted root of keyless
@@ -50,8 +59,12 @@ package policy
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"strconv"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
@@ -109,6 +122,9 @@ type Deps struct {
 	Log *slog.Logger
 	// Senders verifies the token of each request but /healthz; nil accepts every request.
 	Senders *tokenreview.Verifier
+	// DebugEndpoints serves /evaluate and /evaluate-repository; FromEnv sets it only behind
+	// Senders.
+	DebugEndpoints bool
 	// Sigstore fetches the trusted root of keyless verification without a secretRef; nil
 	// leaves such policies Stalled as unsupported.
 	Sigstore *signature.TUFRoot
@@ -144,6 +160,10 @@ func FromEnv() (*Deps, error) {
 	if err != nil {
 		return nil, err
 	}
+	debug, err := debugEndpoints(os.Getenv("REFLECTOR_DEBUG_ENDPOINTS"), env.Senders != nil)
+	if err != nil {
+		return nil, err
+	}
 	d := &Deps{
 		Kube:     env.Kube,
 		Registry: registry.New(append([]registry.Option{registry.WithCloudAuth(cloud), registry.WithEgress(guard)}, limit...)...),
@@ -152,6 +172,8 @@ func FromEnv() (*Deps, error) {
 		Recorder: kube.NewRecorder(env.Kube, "reflector-policy", kube.PostingTo(env.FluxEvents)),
 		Senders:  env.Senders,
 		Sigstore: sigstore,
+
+		DebugEndpoints: debug,
 	}
 	if env.CacheObjects {
 		d.Policies = kube.NewCache(env.Kube.Policies, map[string]func(*v1.ImagePolicy) string{
@@ -163,6 +185,22 @@ func FromEnv() (*Deps, error) {
 		d.Repositories.Start(context.Background())
 	}
 	return d, nil
+}
+
+// debugEndpoints reads REFLECTOR_DEBUG_ENDPOINTS: the endpoints that evaluate any object on
+// request are served only when asked for, and only to callers that prove who they are.
+func debugEndpoints(v string, proven bool) (bool, error) {
+	if v == "" {
+		return false, nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("REFLECTOR_DEBUG_ENDPOINTS: %w", err)
+	}
+	if on && !proven {
+		return false, errors.New("REFLECTOR_DEBUG_ENDPOINTS=true needs REFLECTOR_OIDC_AUDIENCE: the endpoints are served only to a proven caller")
+	}
+	return on, nil
 }
 
 // newImageVerifier checks signatures with internal/signature, which only this function links,
@@ -211,8 +249,17 @@ func NewHandler(d *Deps) *Handler {
 	}
 	h := &Handler{deps: d, ev: ev, log: log, mux: http.NewServeMux()}
 	work := http.NewServeMux()
-	work.HandleFunc("POST /evaluate", h.evaluate)
-	work.HandleFunc("POST /evaluate-repository", h.evaluateRepository)
+	if d.DebugEndpoints {
+		work.HandleFunc("POST /evaluate", h.evaluate)
+		work.HandleFunc("POST /evaluate-repository", h.evaluateRepository)
+	} else {
+		// Not CloudEvents either: a caller learns that the endpoint is off.
+		for _, path := range []string{"/evaluate", "/evaluate-repository"} {
+			work.HandleFunc(path, func(w http.ResponseWriter, _ *http.Request) {
+				http.Error(w, "not served: set REFLECTOR_DEBUG_ENDPOINTS=true to serve it", http.StatusNotFound)
+			})
+		}
+	}
 	work.Handle("/", events.Handler(h.handleEvent))
 	h.mux.HandleFunc("/healthz", function.Healthz)
 	h.mux.Handle("/", d.Senders.Require(work))

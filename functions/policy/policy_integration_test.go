@@ -52,6 +52,8 @@ func newFunction(t *testing.T) *function {
 		Kube: c, Registry: registry.New(), Store: store.New(dir, store.ReadOnly()),
 		Recorder: kube.NewRecorder(c, "reflector-policy"),
 		Log:      slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		// The tests read outcomes from /evaluate; FromEnv serves it only behind sender proof.
+		DebugEndpoints: true,
 	})
 	srv := httptest.NewServer(h)
 	f := &function{url: srv.URL, ns: env.Namespace(t), kube: c, writer: store.New(dir, store.WithLinger(0))}
@@ -343,15 +345,51 @@ func TestPolicyFunctionIntegrationFromEnv(t *testing.T) {
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	ns := env.Namespace(t)
+	code, body := postEvent(t, srv.URL, events.TypePolicyRequested, events.ObjectRef{Namespace: ns, Name: "none"})
+	if code != http.StatusAccepted {
+		t.Errorf("a policy request through the environment's apiserver: %d %s", code, body)
+	}
 	resp, err := http.Post(srv.URL+"/evaluate?namespace="+ns+"&name=none", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), reconcile.PolicyNotFound) {
-		t.Errorf("POST /evaluate through the environment's apiserver: %s %s", resp.Status, b)
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("POST /evaluate without REFLECTOR_DEBUG_ENDPOINTS: %s, want 404", resp.Status)
 	}
+	// The endpoints that evaluate anything on request are served only to a proven caller.
+	t.Setenv("REFLECTOR_DEBUG_ENDPOINTS", "true")
+	if _, err := policy.FromEnv(); err == nil || !strings.Contains(err.Error(), "REFLECTOR_OIDC_AUDIENCE") {
+		t.Errorf("REFLECTOR_DEBUG_ENDPOINTS without REFLECTOR_OIDC_AUDIENCE: %v", err)
+	}
+	t.Setenv("REFLECTOR_DEBUG_ENDPOINTS", "maybe")
+	if _, err := policy.FromEnv(); err == nil || !strings.Contains(err.Error(), "REFLECTOR_DEBUG_ENDPOINTS") {
+		t.Errorf("REFLECTOR_DEBUG_ENDPOINTS=maybe: %v", err)
+	}
+}
+
+// postEvent posts one binary-mode CloudEvent of type typ with data to url.
+func postEvent(t *testing.T, url, typ string, data any) (int, string) {
+	t.Helper()
+	b, err := json.Marshal(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, url+"/", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"Ce-Specversion": "1.0", "Ce-Type": typ, "Ce-Source": "/test",
+		"Ce-Id": fmt.Sprint(time.Now().UnixNano()), "Content-Type": "application/json"} {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(answer)
 }
 
 // TestPolicyFunctionIntegrationFluxEventsFromEnv: with REFLECTOR_EVENTS_ADDR, the function posts
@@ -396,11 +434,9 @@ func TestPolicyFunctionIntegrationFluxEventsFromEnv(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Post(srv.URL+"/evaluate?namespace="+ns+"&name=orphan", "", nil)
-	if err != nil {
-		t.Fatal(err)
+	if code, body := postEvent(t, srv.URL, events.TypePolicyRequested, events.ObjectRef{Namespace: ns, Name: "orphan"}); code != http.StatusAccepted {
+		t.Errorf("a policy request: %d %s", code, body)
 	}
-	resp.Body.Close()
 	select {
 	case e := <-got:
 		o := e.InvolvedObject

@@ -5,7 +5,8 @@
 // It has two surfaces: Webhooks, the public one that registries reach (/hook/... and /healthz,
 // nothing else), and CloudEvents, the cluster-local one that the broker delivers to (scan
 // requests, ApiServerSource events, registry CloudEvents), which checks the sender's token when
-// REFLECTOR_OIDC_AUDIENCE is set. cmd/scan serves each on a listener of its own. The package
+// REFLECTOR_OIDC_AUDIENCE is set, as knative/ and make run set it: a request without a
+// ServiceAccount token for that audience is answered 401 and changes nothing. cmd/scan serves each on a listener of its own. The package
 // registers them with functions-framework-go as the functions "webhook" and "scan", which Open
 // builds from the environment on first use, as cmd/scan does when it starts. A host with
 // FUNCTION_TARGET set serves that one surface at "/", the way to deploy it. A host without
@@ -20,8 +21,16 @@
 //	REFLECTOR_STORE_DIR             the Badger tag store directory (required)
 //	REFLECTOR_CLUSTER_SECRET_FILE   file holding the cluster receiver's token; without it
 //	                                /hook/<provider> does not exist
-//	REFLECTOR_WEBHOOK_RATE          deliveries per second each receiver accepts (default 10)
+//	REFLECTOR_WEBHOOK_RATE          deliveries per second each receiver accepts (default 10), and
+//	                                registry-push CloudEvents each sender may send
 //	REFLECTOR_WEBHOOK_BURST         and in a burst (default 50)
+//	REFLECTOR_WEBHOOK_UNAUTHENTICATED_RATE  webhook deliveries per second that fail authentication
+//	                                from one remote address (default 5), counted before the body
+//	                                is read: beyond it and its burst a delivery from that address
+//	                                is answered 429 unread, unverified; only failed deliveries are
+//	                                charged. Behind Knative's ingress every delivery comes from the
+//	                                proxy, so this bounds them all together
+//	REFLECTOR_WEBHOOK_UNAUTHENTICATED_BURST  and in a burst (default 20)
 //	REFLECTOR_REGISTRY_RATE         requests per second the scans send to one registry host (default
 //	                                10; 0: no limit): a push costs one, so a release wave of N pushes
 //	                                into one registry is confirmed in about N divided by this
@@ -29,6 +38,8 @@
 //	REFLECTOR_OBJECT_CACHE          "false": read the ImageRepositories at every delivery instead
 //	                                of keeping them in memory as a watch delivers them (the default)
 //	K_SINK                          where TagsChanged events go (Knative SinkBinding)
+//	K_SINK_TOKEN_FILE               the token each TagsChanged event carries, for K_SINK's audience
+//	                                (default /oidc/token, where the SinkBinding mounts it)
 //	REFLECTOR_EVENTS_ADDR           notification-controller's event receiver (Flux's --events-addr,
 //	                                e.g. http://notification-controller.flux-system.svc.cluster.local./):
 //	                                each scan's Event is also posted there as a Flux event, so Flux
@@ -39,7 +50,9 @@
 //	REFLECTOR_CLOUDEVENTS_PORT      a second port on which cmd/scan serves the CloudEvents surface,
 //	                                for a single process serving both (make run); never expose it
 //	REFLECTOR_OIDC_AUDIENCE         require CloudEvents senders to present a ServiceAccount token
-//	                                for this audience (Knative Eventing's authentication-oidc)
+//	                                for this audience (Knative Eventing's authentication-oidc;
+//	                                knative/ sets reflector-scan); unset, any caller is served:
+//	                                only for tests of the function alone
 //	REFLECTOR_OIDC_NAMESPACES       and a ServiceAccount of one of these namespaces (comma-separated)
 //	REFLECTOR_FEATURE_GATES         feature gates as Flux's --feature-gates, e.g.
 //	                                ObjectLevelWorkloadIdentity=true: ImageRepositories with provider
@@ -159,6 +172,19 @@ func FromEnv() (*Deps, error) {
 			}
 		}
 		opts = append(opts, receiver.WithRateLimit(rate.Limit(perSecond), burst))
+	}
+	if s := os.Getenv("REFLECTOR_WEBHOOK_UNAUTHENTICATED_RATE"); s != "" {
+		perSecond, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("REFLECTOR_WEBHOOK_UNAUTHENTICATED_RATE: %w", err)
+		}
+		burst := receiver.DefaultUnauthenticatedBurst
+		if b := os.Getenv("REFLECTOR_WEBHOOK_UNAUTHENTICATED_BURST"); b != "" {
+			if burst, err = strconv.Atoi(b); err != nil {
+				return nil, fmt.Errorf("REFLECTOR_WEBHOOK_UNAUTHENTICATED_BURST: %w", err)
+			}
+		}
+		opts = append(opts, receiver.WithUnauthenticatedLimit(rate.Limit(perSecond), burst))
 	}
 	cloud, err := cloudauth.FromEnv()
 	if err != nil {

@@ -500,16 +500,16 @@ func TestPublicSurfaceIntegration(t *testing.T) {
 	}
 }
 
-// TestOIDCComponentIntegration applies knative/ with the oidc component: each cluster-local
-// function requires the audience that the Triggers delivering to it request tokens for.
-func TestOIDCComponentIntegration(t *testing.T) {
+// TestSenderProofIntegration applies knative/ as it is: each cluster-local function requires,
+// by default, the audience that the Triggers delivering to it request tokens for.
+func TestSenderProofIntegration(t *testing.T) {
 	env := testenv.Kube(t)
 	installKnativeCRDs(t, env)
 	ensureNamespace(t, env)
 	a := newApplier(env)
 	audiences := map[string]map[string]bool{} // subscriber -> audiences its Triggers ask for
 	required := map[string]string{}
-	for _, obj := range build(t, placeholderImages()+"components:\n  - {{knative}}/oidc\n") {
+	for _, obj := range build(t, placeholderImages()) {
 		applied, err := a.apply(context.Background(), obj, true)
 		if err != nil {
 			t.Fatalf("%s rejected: %v", key(obj), err)
@@ -535,7 +535,7 @@ func TestOIDCComponentIntegration(t *testing.T) {
 	}
 	for _, svc := range []string{"reflector-scan", "reflector-policy"} {
 		if required[svc] == "" {
-			t.Errorf("%s requires no OIDC audience with the oidc component", svc)
+			t.Errorf("%s requires no OIDC audience", svc)
 		}
 		if len(audiences[svc]) != 1 || !audiences[svc][required[svc]] {
 			t.Errorf("Triggers to %s ask for audiences %v, the function requires %q", svc, audiences[svc], required[svc])

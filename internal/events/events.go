@@ -152,14 +152,32 @@ type Sender struct {
 // audience when authentication-oidc is on; $K_SINK_TOKEN_FILE overrides it.
 const SinkTokenFile = "/oidc/token"
 
+// SenderOption configures NewSender.
+type SenderOption func(*senderConfig)
+
+type senderConfig struct {
+	tokenFile string
+}
+
+// WithTokenFile presents the token in path instead of the sink token file: a projected
+// ServiceAccount token for the audience of a target that is not $K_SINK, such as the cron
+// reconciler's --scan-url. An empty path keeps the sink token file.
+func WithTokenFile(path string) SenderOption {
+	return func(c *senderConfig) {
+		if path != "" {
+			c.tokenFile = path
+		}
+	}
+}
+
 // NewSender returns a Sender that delivers to target as source. An empty target gives a nil
 // Sender, whose Send does nothing: a process without a sink still works, and the cron reconciler
 // catches up with what it would have announced.
 //
-// When the sink token file exists (SinkTokenFile, or $K_SINK_TOKEN_FILE), every delivery
-// carries its content as a bearer token: the broker then knows who sent the event. The file is
-// read for each delivery, because Knative renews it in place.
-func NewSender(target, source string, httpClient *http.Client) (*Sender, error) {
+// When the sink token file exists (SinkTokenFile, or $K_SINK_TOKEN_FILE, or WithTokenFile's),
+// every delivery carries its content as a bearer token: the receiver then knows who sent the
+// event. The file is read for each delivery, because Knative and the kubelet renew it in place.
+func NewSender(target, source string, httpClient *http.Client, opts ...SenderOption) (*Sender, error) {
 	if target == "" {
 		return nil, nil
 	}
@@ -170,16 +188,19 @@ func NewSender(target, source string, httpClient *http.Client) (*Sender, error) 
 	if httpClient == nil {
 		httpClient = &http.Client{Timeout: 10 * time.Second}
 	}
-	tokenFile := os.Getenv("K_SINK_TOKEN_FILE")
-	if tokenFile == "" {
-		tokenFile = SinkTokenFile
+	cfg := senderConfig{tokenFile: os.Getenv("K_SINK_TOKEN_FILE")}
+	if cfg.tokenFile == "" {
+		cfg.tokenFile = SinkTokenFile
+	}
+	for _, o := range opts {
+		o(&cfg)
 	}
 	withToken := *httpClient
 	base := withToken.Transport
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	withToken.Transport = &bearerFile{base: base, path: tokenFile}
+	withToken.Transport = &bearerFile{base: base, path: cfg.tokenFile}
 	httpClient = &withToken
 	p, err := cloudevents.NewHTTP(cloudevents.WithTarget(target), cehttp.WithClient(*httpClient))
 	if err != nil {

@@ -19,6 +19,10 @@ import (
 // an unknown type): it answers 400 and the sender must not retry. Other errors answer 500.
 var ErrRejected = errors.New("event rejected")
 
+// ErrTooMany marks an event refused because its sender exceeds its rate: the handler answers 429
+// with Retry-After, and the sender retries later.
+var ErrTooMany = errors.New("too many events from this sender")
+
 // MaxEventBytes is the largest CloudEvent request body a handler reads (413 above it). The
 // largest event reflector receives is an ApiServerSource event carrying a whole ImageRepository
 // or ImagePolicy, a few KiB; etcd itself refuses objects over 1.5 MiB.
@@ -64,8 +68,12 @@ func Handler(fn func(context.Context, cloudevents.Event) error) http.Handler {
 		}
 		if err := fn(trace.Continue(r.Context(), traceParent(*e, r.Header)), *e); err != nil {
 			code := http.StatusInternalServerError
-			if errors.Is(err, ErrRejected) {
+			switch {
+			case errors.Is(err, ErrRejected):
 				code = http.StatusBadRequest
+			case errors.Is(err, ErrTooMany):
+				code = http.StatusTooManyRequests
+				w.Header().Set("Retry-After", "1")
 			}
 			http.Error(w, Brief(redact.String(err.Error())), code)
 			return

@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -117,6 +118,45 @@ func TestSenderPresentsTheSinkToken(t *testing.T) {
 	}
 	if auth := <-got; auth != "Bearer renewed-token" {
 		t.Errorf("Authorization %q", auth)
+	}
+}
+
+func TestSenderPresentsItsOwnTokenFile(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Authorization")
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	sink, own := filepath.Join(dir, "sink"), filepath.Join(dir, "own")
+	for file, token := range map[string]string{sink: "sink-token", own: "own-token"} {
+		if err := os.WriteFile(file, []byte(token), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("K_SINK_TOKEN_FILE", sink)
+	for path, want := range map[string]string{own: "Bearer own-token", "": "Bearer sink-token"} {
+		s, err := NewSender(srv.URL, SourceCron, nil, WithTokenFile(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(context.Background(), TypeScanRequested, "a/b", ObjectRef{Namespace: "a", Name: "b"}); err != nil {
+			t.Fatal(err)
+		}
+		if auth := <-got; auth != want {
+			t.Errorf("WithTokenFile(%q): Authorization %q, want %q", path, auth, want)
+		}
+	}
+}
+
+func TestHandlerAnswersTooManyWith429(t *testing.T) {
+	h := Handler(func(context.Context, cloudevents.Event) error {
+		return fmt.Errorf("%w: slow down", ErrTooMany)
+	})
+	rec := post(h, strings.NewReader(`{}`), binary("busy"))
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("a sender over its rate: %d, Retry-After %q", rec.Code, rec.Header().Get("Retry-After"))
 	}
 }
 

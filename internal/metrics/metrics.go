@@ -141,7 +141,10 @@ const (
 	WebhookNoMatch         = "no_match"
 	WebhookRejected        = "rejected"
 	WebhookRateLimited     = "rate_limited"
-	WebhookFailed          = "failed"
+	// WebhookThrottled is a delivery refused before its body was read: its remote address
+	// had spent its budget of deliveries that fail authentication.
+	WebhookThrottled = "throttled"
+	WebhookFailed    = "failed"
 )
 
 // UnknownProvider is the provider label of deliveries to a provider that does not exist, so that

@@ -56,9 +56,11 @@ func TestNodeKnativeIntegration(t *testing.T) {
 		"-p", `{"data":{"stable-window":"6s","scale-to-zero-grace-period":"6s"}}`); err != nil {
 		t.Fatal(err)
 	}
-	features := documentedPatch(t, "config-features")
-	if _, err := c.Kubectl(ctx, nil, "patch", "configmap", "config-features", "-n", "knative-serving", "--type", "merge", "-p", features); err != nil {
-		t.Fatal(err)
+	for _, ns := range []string{"knative-serving", "knative-eventing"} {
+		features := documentedPatch(t, "config-features", ns)
+		if _, err := c.Kubectl(ctx, nil, "patch", "configmap", "config-features", "-n", ns, "--type", "merge", "-p", features); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// The queue-proxy logs each request (Knative's default request log template): the pod
@@ -147,17 +149,17 @@ func TestNodeKnativeIntegration(t *testing.T) {
 }
 
 // documentedPatch returns the JSON merge patch of the `kubectl patch configmap NAME -n
-// knative-serving` command of docs/deploy.md.
-func documentedPatch(t *testing.T, name string) string {
+// NAMESPACE` command of docs/deploy.md.
+func documentedPatch(t *testing.T, name, namespace string) string {
 	t.Helper()
 	doc, err := os.ReadFile("../../docs/deploy.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile(`(?s)kubectl patch configmap ` + regexp.QuoteMeta(name) + ` -n knative-serving --type merge -p '([^']*)'`)
+	re := regexp.MustCompile(`(?s)kubectl patch configmap ` + regexp.QuoteMeta(name) + ` -n ` + regexp.QuoteMeta(namespace) + ` --type merge -p '([^']*)'`)
 	m := re.FindSubmatch(doc)
 	if m == nil {
-		t.Fatalf("docs/deploy.md has no `kubectl patch configmap %s -n knative-serving` command", name)
+		t.Fatalf("docs/deploy.md has no `kubectl patch configmap %s -n %s` command", name, namespace)
 	}
 	if !json.Valid(m[1]) {
 		t.Fatalf("docs/deploy.md: the %s patch is not JSON:\n%s", name, m[1])

@@ -18,6 +18,7 @@ import (
 	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/redact"
+	"github.com/imagereflector/reflector/internal/tokenreview"
 	"github.com/imagereflector/reflector/internal/trace"
 	"github.com/imagereflector/reflector/internal/webhook"
 )
@@ -26,9 +27,26 @@ import (
 const cloudEventProvider = "cloudevent"
 
 // CloudEvents returns the handler of the broker path, serving binary and structured mode
-// through events.Handler.
+// through events.Handler. Each event's sender is the ServiceAccount whose token a
+// tokenreview.Verifier in front of it accepted, else the request's remote address.
 func (r *Receiver) CloudEvents() http.Handler {
-	return events.Handler(r.HandleCloudEvent)
+	h := events.Handler(r.HandleCloudEvent)
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		sender, ok := tokenreview.Sender(req.Context())
+		if !ok {
+			sender = remoteHost(req.RemoteAddr)
+		}
+		h.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), senderKey{}, sender)))
+	})
+}
+
+type senderKey struct{}
+
+// senderOf returns the sender that CloudEvents found for the request of ctx, "" for an event
+// handed to HandleCloudEvent directly.
+func senderOf(ctx context.Context) string {
+	s, _ := ctx.Value(senderKey{}).(string)
+	return s
 }
 
 // HandleCloudEvent handles one CloudEvent:
@@ -41,7 +59,11 @@ func (r *Receiver) CloudEvents() http.Handler {
 //     says so; the update that a scan's own status write causes is not due. A delete removes
 //     the repository's tags from the store.
 //   - registry pushes (CDEvents, Event Grid, Eventarc): matched in every namespace, annotated,
-//     and scanned in the background, as a webhook is.
+//     and scanned in the background, as a webhook is, under the same bounds: each sender (see
+//     CloudEvents) has the token bucket a webhook receiver has (WithRateLimit; over it the
+//     error wraps events.ErrTooMany), and an event is remembered for the dedup window by its
+//     sender, source and id, so that a sender can neither replay another's event nor push
+//     the webhooks' deliveries out of memory.
 //
 // Other types are acknowledged and logged. An error wrapping events.ErrRejected marks an
 // event that no redelivery can fix.
@@ -82,6 +104,11 @@ func (r *Receiver) handleCloudEvent(ctx context.Context, e cloudevents.Event) (r
 	case t == events.TypeAPIServerDelete:
 		return r.apiServerDelete(ctx, e)
 	}
+	sender := senderOf(ctx)
+	if !r.senders.take(sender) {
+		metrics.RecordWebhook(cloudEventProvider, metrics.WebhookRateLimited)
+		return result{message: "rate limited"}, fmt.Errorf("%w: registry pushes over the sender's rate; retry later", events.ErrTooMany)
+	}
 	evs, err := webhook.ParseCloudEvent(e.Type(), e.Source(), e.ID(), e.Data())
 	switch {
 	case errors.Is(err, webhook.ErrIgnored):
@@ -91,7 +118,7 @@ func (r *Receiver) handleCloudEvent(ctx context.Context, e cloudevents.Event) (r
 		metrics.RecordWebhook(cloudEventProvider, metrics.WebhookRejected)
 		return result{message: "rejected"}, fmt.Errorf("%w: %v", events.ErrRejected, err)
 	}
-	res := r.deliver(ctx, eventsKey(cloudEventProvider, evs), "", evs)
+	res := r.deliver(ctx, r.seenEvents, eventKey(sender, e.Source(), e.ID()), "", evs)
 	metrics.RecordWebhook(cloudEventProvider, res.outcome())
 	if res.err != nil {
 		return res, res.err

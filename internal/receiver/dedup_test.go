@@ -33,8 +33,11 @@ func TestDeliveryKeysHaveABoundedSize(t *testing.T) {
 		t.Errorf("body key of %d bytes", len(k))
 	}
 	evs := []webhook.Event{{DeliveryID: huge}, {DeliveryID: "b"}, {DeliveryID: huge}}
-	if k := eventsKey("cloudevent", evs); len(k) > 64 {
-		t.Errorf("events key of %d bytes", len(k))
+	if k := eventKey(huge, huge, huge); len(k) > 64 {
+		t.Errorf("event key of %d bytes", len(k))
+	}
+	if eventKey("a", "b", "c") == eventKey("a", "bc", "") {
+		t.Error("the parts of an event key run into each other")
 	}
 	if id := deliveryID(evs); len(id) > maxShownIDLength+16 || !strings.HasSuffix(id, "(+1)") {
 		t.Errorf("shown id %q (%d bytes)", id[:min(len(id), 40)], len(id))

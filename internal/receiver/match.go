@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"time"
 
@@ -166,19 +164,16 @@ func bodyKey(scope string, body []byte) string {
 	return scope + "\x00" + string(sum[:])
 }
 
-// eventsKey is what a delivery of CloudEvents is remembered by: a hash of its events' ids
-// (source and id identify a CloudEvent), scoped like bodyKey.
-func eventsKey(scope string, evs []webhook.Event) string {
-	ids := map[string]bool{}
-	for _, e := range evs {
-		ids[e.DeliveryID] = true
-	}
+// eventKey is what a CloudEvent is remembered by: its sender, source and id (a source and id
+// identify an event; the sender scopes them, so that no sender can claim another's ids), hashed
+// to a fixed size.
+func eventKey(sender, source, id string) string {
 	h := sha256.New()
-	for _, id := range slices.Sorted(maps.Keys(ids)) {
-		h.Write([]byte(id))
+	for _, s := range []string{sender, source, id} {
+		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
-	return scope + "\x00" + string(h.Sum(nil))
+	return string(h.Sum(nil))
 }
 
 // maxShownIDLength bounds the delivery id that answers and log lines repeat.

@@ -16,6 +16,16 @@ const (
 	// is answered 429 and retries later.
 	DefaultRate  = 10
 	DefaultBurst = 50
+	// DefaultUnauthenticatedRate and DefaultUnauthenticatedBurst are each remote address's
+	// token bucket of deliveries that fail authentication, checked before the body is read:
+	// once it is spent, a delivery is answered 429 at the cost of its headers, without a read
+	// or an HMAC. Only failed deliveries are charged, so a sender with the right token never
+	// spends it.
+	DefaultUnauthenticatedRate  = 5
+	DefaultUnauthenticatedBurst = 20
+	// DefaultSenderLimits bounds the remote addresses and CloudEvents senders whose buckets are
+	// held at once.
+	DefaultSenderLimits = 10000
 	// DefaultDedupWindow is how long a delivery id is remembered.
 	DefaultDedupWindow = 10 * time.Minute
 	// DefaultDedupSize bounds the deliveries remembered at once; each takes a fixed size (a
@@ -45,6 +55,8 @@ type config struct {
 	clusterSecret []byte
 	rate          rate.Limit
 	burst         int
+	unauthRate    rate.Limit
+	unauthBurst   int
 	dedupWindow   time.Duration
 	dedupSize     int
 	secretTTL     time.Duration
@@ -59,6 +71,8 @@ func defaults() config {
 	return config{
 		rate:        DefaultRate,
 		burst:       DefaultBurst,
+		unauthRate:  DefaultUnauthenticatedRate,
+		unauthBurst: DefaultUnauthenticatedBurst,
 		dedupWindow: DefaultDedupWindow,
 		dedupSize:   DefaultDedupSize,
 		secretTTL:   DefaultSecretTTL,
@@ -79,6 +93,14 @@ func WithClusterSecret(secret []byte) Option {
 // second with bursts of burst. rate.Inf disables the limit.
 func WithRateLimit(perSecond rate.Limit, burst int) Option {
 	return func(c *config) { c.rate, c.burst = perSecond, burst }
+}
+
+// WithUnauthenticatedLimit sets each remote address's token bucket of webhook deliveries that
+// fail authentication: perSecond with bursts of burst, checked before the body is read. Behind a
+// proxy (Knative's ingress and queue-proxy) every delivery comes from the proxy's address, so
+// the bucket bounds the cost of all unauthenticated deliveries together. rate.Inf disables it.
+func WithUnauthenticatedLimit(perSecond rate.Limit, burst int) Option {
+	return func(c *config) { c.unauthRate, c.unauthBurst = perSecond, burst }
 }
 
 // WithDedup sets how long delivery ids are remembered and how many at most; a window of zero

@@ -47,16 +47,23 @@ type Receiver struct {
 	scanner Scanner
 	cfg     config
 
-	repos    *catalog
-	secrets  *receivers
-	decoy    []byte
-	limits   *limiters
-	seen     *dedup
-	base     context.Context
-	cancel   context.CancelFunc
-	mu       sync.Mutex
-	closing  bool
-	inFlight sync.WaitGroup
+	repos   *catalog
+	secrets *receivers
+	decoy   []byte
+	limits  *limiters
+	// unauthenticated is taken per remote address before a webhook's body is read.
+	unauthenticated *addressLimits
+	// senders limits the registry pushes of each CloudEvents sender.
+	senders *addressLimits
+	seen    *dedup
+	// seenEvents remembers the CloudEvents handled, apart from the webhooks' deliveries so
+	// that neither path can push the other's out.
+	seenEvents *dedup
+	base       context.Context
+	cancel     context.CancelFunc
+	mu         sync.Mutex
+	closing    bool
+	inFlight   sync.WaitGroup
 }
 
 // New returns a Receiver that matches events against the ImageRepositories of c and scans them
@@ -76,8 +83,12 @@ func New(c *kube.Client, s Scanner, opts ...Option) *Receiver {
 		decoy:   decoySecret(),
 		limits:  newLimiters(cfg.rate, cfg.burst),
 		seen:    newDedup(cfg.dedupWindow, cfg.dedupSize),
-		base:    base,
-		cancel:  cancel,
+
+		unauthenticated: newAddressLimits(cfg.unauthRate, cfg.unauthBurst, DefaultSenderLimits, cfg.now),
+		senders:         newAddressLimits(cfg.rate, cfg.burst, DefaultSenderLimits, cfg.now),
+		seenEvents:      newDedup(cfg.dedupWindow, cfg.dedupSize),
+		base:            base,
+		cancel:          cancel,
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -33,8 +34,9 @@ import (
 // delivery is authentic but nothing matches, it is ignored (a pull, a delete) or it repeats an
 // earlier delivery (the same body, which is what a signature covers, within the dedup window); 400
 // malformed; 401 missing or wrong signature or token, with nothing changed; 404 an unknown
-// provider or path; 405 not POST; 413 over MaxBodyBytes; 429 over the receiver's rate; 500 when
-// the API server fails. Every answer is one
+// provider or path; 405 not POST; 413 over MaxBodyBytes; 429 over the receiver's rate, or, before
+// the body is read, over the remote address's budget of deliveries that fail authentication
+// (WithUnauthenticatedLimit); 500 when the API server fails. Every answer is one
 // JSON log line, which never contains the query string (tokens travel there).
 //
 // The delivery continues the trace of its traceparent header, or starts one; the answer, its
@@ -70,7 +72,8 @@ type result struct {
 	joined []target
 	err    error
 	// skipped is the metric result of an authentic delivery that changed nothing
-	// (metrics.WebhookDeduplicated, metrics.WebhookNoMatch); other results follow from status.
+	// (metrics.WebhookDeduplicated, metrics.WebhookNoMatch), or of a 429 before authentication
+	// (metrics.WebhookThrottled); other results follow from status.
 	skipped string
 }
 
@@ -82,6 +85,8 @@ func (res result) recorded() []target {
 // outcome is the result label of the delivery's metric.
 func (res result) outcome() string {
 	switch {
+	case res.status == http.StatusTooManyRequests && res.skipped != "":
+		return res.skipped
 	case res.status == http.StatusAccepted:
 		return metrics.WebhookAccepted
 	case res.status == http.StatusUnauthorized:
@@ -111,6 +116,22 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request) result {
 	if !webhook.Known(rt.provider) {
 		return res.with(http.StatusNotFound, fmt.Sprintf("unknown provider; known: %s", strings.Join(webhook.Providers(), ", ")))
 	}
+	// Reading the body and checking its signature are what a sender without the token can make
+	// the receiver do; each remote address has a budget of deliveries that fail
+	// authentication, checked before the read and charged once a delivery has failed, so that
+	// deliveries with the right token, however many at once, never spend it.
+	addr := remoteHost(req.RemoteAddr)
+	if !r.unauthenticated.allow(addr) {
+		w.Header().Set("Retry-After", "1")
+		res.skipped = metrics.WebhookThrottled
+		return res.with(http.StatusTooManyRequests, "too many deliveries that fail authentication from this address; retry later")
+	}
+	authenticated := false
+	defer func() {
+		if !authenticated {
+			r.unauthenticated.charge(addr)
+		}
+	}()
 	if req.ContentLength > MaxBodyBytes {
 		return res.with(http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", MaxBodyBytes))
 	}
@@ -123,6 +144,8 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request) result {
 	}
 	secret, err := r.secret(req.Context(), rt)
 	if err != nil {
+		// The receiver's own failure, not the sender's.
+		authenticated = true
 		res.err = err
 		return res.with(http.StatusInternalServerError, "cannot read the receiver's token")
 	}
@@ -136,9 +159,11 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request) result {
 	if !exists && !errors.Is(err, webhook.ErrUnauthenticated) {
 		err = fmt.Errorf("%s: %w", rt.provider, webhook.ErrUnauthenticated)
 	}
-	switch {
-	case errors.Is(err, webhook.ErrUnauthenticated):
+	if errors.Is(err, webhook.ErrUnauthenticated) {
 		return res.with(http.StatusUnauthorized, err.Error())
+	}
+	authenticated = true
+	switch {
 	case errors.Is(err, webhook.ErrIgnored):
 		return res.with(http.StatusOK, err.Error())
 	case errors.Is(err, webhook.ErrUnknownProvider):
@@ -151,9 +176,18 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request) result {
 		return res.with(http.StatusTooManyRequests, "the receiver's rate limit is exceeded; retry later")
 	}
 	scope := rt.provider + "/" + res.receiver
-	d := r.deliver(req.Context(), bodyKey(scope, body), rt.namespace, evs)
+	d := r.deliver(req.Context(), r.seen, bodyKey(scope, body), rt.namespace, evs)
 	d.provider, d.receiver = res.provider, res.receiver
 	return d
+}
+
+// remoteHost returns the host of a request's remote address, the key of its unauthenticated
+// budget.
+func remoteHost(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 // secret returns the token of the receiver rt names, nil when it does not exist.
@@ -171,18 +205,18 @@ func (res result) with(status int, message string) result {
 	return res
 }
 
-// deliver handles authenticated events: drops a delivery whose key was seen within the dedup
+// deliver handles authenticated events: drops a delivery whose key seen holds within the dedup
 // window, matches the events against the ImageRepositories of namespace ("" for all) and
 // annotates the matches. The caller answers and then starts the scans of res.annotated.
-func (r *Receiver) deliver(ctx context.Context, key, namespace string, evs []webhook.Event) result {
+func (r *Receiver) deliver(ctx context.Context, seen *dedup, key, namespace string, evs []webhook.Event) result {
 	res := result{deliveryID: deliveryID(evs)}
-	if !r.seen.claim(key, r.cfg.now()) {
+	if !seen.claim(key, r.cfg.now()) {
 		res.skipped = metrics.WebhookDeduplicated
 		return res.with(http.StatusOK, "duplicate delivery")
 	}
 	targets, err := r.match(ctx, namespace, evs)
 	if err != nil {
-		r.seen.release(key)
+		seen.release(key)
 		res.err = err
 		return res.with(http.StatusInternalServerError, "cannot list ImageRepositories")
 	}
@@ -216,7 +250,7 @@ func (r *Receiver) deliver(ctx context.Context, key, namespace string, evs []web
 	if err != nil {
 		// A retry annotates again, which is harmless; the objects already annotated are
 		// scanned now.
-		r.seen.release(key)
+		seen.release(key)
 		res.err = err
 		return res.with(http.StatusInternalServerError, "cannot record the scan request")
 	}

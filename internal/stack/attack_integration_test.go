@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -30,58 +31,46 @@ import (
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
-// The OIDC set-up of the attack stack: the broker's identity is a ServiceAccount of
-// brokerNamespace, and each function requires its own audience.
+// The OIDC set-up of the stack: the senders' ServiceAccounts live in brokerNamespace, and each
+// function requires its own audience.
 const (
-	brokerNamespace = "reflector-system"
-	scanAudience    = "reflector-scan"
-	policyAudience  = "reflector-policy"
-	// sourceAccount is the ServiceAccount of the ApiServerSource adapters, in brokerNamespace.
-	sourceAccount = "reflector-source"
+	brokerNamespace = stack.OIDCNamespace
+	scanAudience    = stack.ScanAudience
+	policyAudience  = stack.PolicyAudience
 )
 
-// attackStack is the whole system with sender authentication on, as the oidc component of
-// knative/ deploys it: the functions' cluster-local listeners accept only tokens of
-// brokerNamespace's ServiceAccounts for their audience, and the processes that send events
-// present such a token from a file, as Knative's SinkBinding mounts it.
+// unauthenticatedBurst is the attack stack's budget of webhook deliveries that fail
+// authentication per remote address; it refills at a rate that adds less than one over the
+// test, so that the flood below is counted exactly.
+const unauthenticatedBurst = 400
+
+// attackStack is the whole system as `make run` starts it, sender proof included: the
+// functions' cluster-local listeners accept only tokens of brokerNamespace's ServiceAccounts for
+// their audience, and the processes that send events present such tokens.
 type attackStack struct {
 	*stack.Stack
 	// token is valid for both audiences, as the broker's.
 	token string
-	// tokenFile holds token for the senders.
-	tokenFile string
 }
 
 func startAttackStack(t *testing.T) *attackStack {
 	t.Helper()
 	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "sink-token")
-	oidc := func(aud string) []string {
-		return []string{"REFLECTOR_OIDC_AUDIENCE=" + aud, "REFLECTOR_OIDC_NAMESPACES=" + brokerNamespace, "K_SINK_TOKEN_FILE=" + tokenFile}
-	}
 	s := start(t, stack.Options{
 		Dir:       filepath.Join(dir, "stack"),
 		CronEvery: time.Hour,
 		Env: map[string][]string{
 			// The receiver's rate limit would turn the memory attacks away early; they must
 			// be bounded without it.
-			stack.Scan:   append(oidc(scanAudience), "REFLECTOR_WEBHOOK_RATE=10000", "REFLECTOR_WEBHOOK_BURST=10000"),
-			stack.Policy: oidc(policyAudience),
-			stack.Cron:   {"K_SINK_TOKEN_FILE=" + tokenFile},
-			// Knative's adapter asks the apiserver's TokenRequest for a token of its
-			// ServiceAccount for the audience, as the ApiServerSource controller configures it
-			// when the sink has an audience.
-			stack.SourceScan:   {"K_AUDIENCE=" + scanAudience, "K_OIDC_SERVICE_ACCOUNT=" + sourceAccount},
-			stack.SourcePolicy: {"K_AUDIENCE=" + policyAudience, "K_OIDC_SERVICE_ACCOUNT=" + sourceAccount},
+			stack.Scan: {"REFLECTOR_WEBHOOK_RATE=10000", "REFLECTOR_WEBHOOK_BURST=10000",
+				"REFLECTOR_WEBHOOK_UNAUTHENTICATED_RATE=0.001", "REFLECTOR_WEBHOOK_UNAUTHENTICATED_BURST=" + strconv.Itoa(unauthenticatedBurst)},
 		},
 	})
-	a := &attackStack{Stack: s, tokenFile: tokenFile}
-	a.token = a.serviceAccountToken(t, brokerNamespace, "broker", scanAudience, policyAudience)
-	a.serviceAccountToken(t, brokerNamespace, sourceAccount, scanAudience) // creates the adapter's ServiceAccount
-	if err := os.WriteFile(tokenFile, []byte(a.token+"\n"), 0o600); err != nil {
+	token, err := s.SenderToken(context.Background(), scanAudience, policyAudience)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return a
+	return &attackStack{Stack: s, token: token}
 }
 
 // serviceAccountToken returns a token of ServiceAccount namespace/name for audiences, issued
@@ -237,6 +226,7 @@ func TestAttacksIntegration(t *testing.T) {
 	const scanRequest = `{"namespace":"default","name":"app"}`
 	intruder := a.serviceAccountToken(t, "intruders", "mallory", scanAudience, policyAudience)
 	wrongAudience := a.serviceAccountToken(t, brokerNamespace, "other", "some-other-service")
+	policyOnly := a.serviceAccountToken(t, brokerNamespace, "other", policyAudience)
 
 	t.Run("no CloudEvents on the public listener", func(t *testing.T) {
 		for _, path := range []string{"/", "/evaluate", "/x"} {
@@ -254,11 +244,13 @@ func TestAttacksIntegration(t *testing.T) {
 	})
 
 	t.Run("cluster-local listeners prove the sender", func(t *testing.T) {
+		cdevent := `{"context":{"id":"x"},"subject":{"id":"pkg:oci/app?repository_url=` + image + `&tag=9.9.9"}}`
 		for name, auth := range map[string]string{
 			"no token":              "",
 			"garbage":               "Bearer not.a.jwt",
 			"another namespace":     "Bearer " + intruder,
 			"another audience":      "Bearer " + wrongAudience,
+			"the other function's":  "Bearer " + policyOnly,
 			"the token in a header": a.token,
 		} {
 			h := map[string]string{}
@@ -268,19 +260,91 @@ func TestAttacksIntegration(t *testing.T) {
 			if code, body := send(t, a.ScanEventsURL+"/", strings.NewReader(scanRequest), cloudEvent(events.TypeScanRequested, "ce-"+name, h)); code != http.StatusUnauthorized {
 				t.Errorf("scan request, %s: %d %s, want 401", name, code, body)
 			}
-			if code, body := send(t, a.PolicyURL+"/evaluate?namespace=default&name=stable", nil, h); code != http.StatusUnauthorized {
-				t.Errorf("POST /evaluate, %s: %d %s, want 401", name, code, body)
+			if code, body := send(t, a.ScanEventsURL+"/", strings.NewReader(cdevent), cloudEvent("dev.cdevents.artifact.published.0.2.0", "cd-"+name, h)); code != http.StatusUnauthorized {
+				t.Errorf("registry push CloudEvent, %s: %d %s, want 401", name, code, body)
+			}
+			if name == "the other function's" {
+				continue // a token for the policy function's audience is the right one there
+			}
+			for _, path := range []string{"/evaluate?namespace=default&name=stable", "/evaluate-repository?namespace=default&name=app"} {
+				if code, body := send(t, a.PolicyURL+path, nil, h); code != http.StatusUnauthorized {
+					t.Errorf("POST %s, %s: %d %s, want 401", path, name, code, body)
+				}
 			}
 			if code, body := send(t, a.PolicyURL+"/", strings.NewReader(`{"namespace":"default","name":"stable"}`), cloudEvent(events.TypePolicyRequested, "pe-"+name, h)); code != http.StatusUnauthorized {
 				t.Errorf("policy request, %s: %d %s, want 401", name, code, body)
 			}
 		}
 		a.unchanged(t, before, "unauthenticated CloudEvents")
-		// The broker's token passes.
-		code, body := send(t, a.PolicyURL+"/evaluate?namespace=default&name=stable", nil, map[string]string{"Authorization": "Bearer " + a.token})
-		if code != http.StatusOK || !strings.Contains(body, "1.0.0") {
-			t.Errorf("POST /evaluate with the broker's token: %d %s", code, body)
+		// The broker's token passes, but /evaluate is not served without
+		// REFLECTOR_DEBUG_ENDPOINTS, whoever asks.
+		for _, path := range []string{"/evaluate?namespace=default&name=stable", "/evaluate-repository?namespace=default&name=app"} {
+			if code, body := send(t, a.PolicyURL+path, nil, map[string]string{"Authorization": "Bearer " + a.token}); code != http.StatusNotFound {
+				t.Errorf("POST %s with the broker's token: %d %s, want 404", path, code, body)
+			}
 		}
+		if code, body := send(t, a.PolicyURL+"/", strings.NewReader(`{"namespace":"default","name":"stable"}`),
+			cloudEvent(events.TypePolicyRequested, "pe-broker", map[string]string{"Authorization": "Bearer " + a.token})); code != http.StatusAccepted {
+			t.Errorf("a policy request with the broker's token: %d %s, want 202", code, body)
+		}
+		a.unchanged(t, before, "requests with the broker's token")
+	})
+
+	t.Run("unauthenticated webhooks are refused before their body is read", func(t *testing.T) {
+		scrape := func() (verified, throttled float64) {
+			m := testenv.Scrape(t, a.Metrics[stack.Scan])
+			verified, _ = m.Value("reflector_webhook_requests_total", map[string]string{"provider": "distribution", "result": "unauthenticated"})
+			throttled, _ = m.Value("reflector_webhook_requests_total", map[string]string{"provider": "distribution", "result": "throttled"})
+			return verified, throttled
+		}
+		verifiedBefore, throttledBefore := scrape()
+		// The flood comes from 127.0.0.2, an address of its own, so that its budget is not
+		// the registry's (127.0.0.1).
+		dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+		flood := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
+		body := fmt.Sprintf(`{"events":[{"id":"flood","action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","repository":"attack/app","tag":"1.0.0"},"request":{"host":%q}}]}`, a.Registry)
+		const n = unauthenticatedBurst + 100
+		for i := range n {
+			req, _ := http.NewRequest(http.MethodPost, a.ScanURL+"/hook/distribution/default", strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer forged-"+strconv.Itoa(i))
+			resp, err := flood.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		verified, throttled := scrape()
+		// The budget refills by less than one delivery over the test.
+		if v := verified - verifiedBefore; v < unauthenticatedBurst || v > unauthenticatedBurst+1 {
+			t.Errorf("%v forged deliveries were read and verified, want the budget of %d", v, unauthenticatedBurst)
+		}
+		if th := throttled - throttledBefore; th < n-unauthenticatedBurst-1 {
+			t.Errorf("%v forged deliveries were refused before the read, want %d", th, n-unauthenticatedBurst)
+		}
+		// Refused unread: headers that announce a 1 MiB body which never comes are answered.
+		conn, err := dialer.Dial("tcp", strings.TrimPrefix(a.ScanURL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second)) // a hang guard, not a measurement
+		fmt.Fprintf(conn, "POST /hook/distribution/default HTTP/1.1\r\nHost: reflector\r\nAuthorization: Bearer forged\r\nContent-Length: %d\r\n\r\n", 1<<20)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("a delivery whose body never comes was not answered: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Errorf("headers only, over the budget: %d, want 429", resp.StatusCode)
+		}
+		// The registry's own deliveries, from 127.0.0.1, are still read and verified: this one
+		// matches nothing, so it changes nothing either.
+		unmatched := strings.Replace(body, "attack/app", "attack/none", 1)
+		if code, answer := send(t, a.ScanURL+"/hook/distribution/default", strings.NewReader(unmatched), map[string]string{"Authorization": "Bearer " + a.Token}); code != http.StatusOK || !strings.Contains(answer, "no ImageRepository matches") {
+			t.Errorf("the registry's token during the flood: %d %s, want 200 no match", code, answer)
+		}
+		a.unchanged(t, before, "the flood of forged deliveries")
 	})
 
 	t.Run("Knative's adapter proves itself with its ServiceAccount's token", func(t *testing.T) {

@@ -74,9 +74,19 @@ func BenchmarkColdStart(b *testing.B) {
 			return expect(req, http.StatusAccepted)
 		})
 	})
+	// The event carries a token for the policy function's audience, as the Broker's does; a new
+	// process reviews it once (TokenReview), part of its first answer as in a cluster.
+	token, err := s.SenderToken(ctx, stack.PolicyAudience)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tokenFile := filepath.Join(b.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		b.Fatal(err)
+	}
 	b.Run("policy", func(b *testing.B) {
 		coldStarts(b, s, stack.Policy, s.PolicyURL, logs, func(url string, _ int) error {
-			sender, err := events.NewSender(url, events.SourceScan, freshClient())
+			sender, err := events.NewSender(url, events.SourceScan, freshClient(), events.WithTokenFile(tokenFile))
 			if err != nil {
 				return err
 			}

@@ -1,9 +1,13 @@
 // Package stack runs the whole of reflector on one machine, on 127.0.0.1: etcd and
 // kube-apiserver with the CRDs, Debian's docker-registry sending push notifications to the scan
 // function, the scan and policy functions as separate processes sharing one Badger directory, and
-// the cron reconciler in loop mode. As Knative would, it starts a new process of a component whose
-// process exits or is killed, with a backoff, unless Kill or Stop stopped it. `make run` shows it
-// to a person; the end-to-end test drives it.
+// the cron reconciler in loop mode. Every cluster-local request proves its sender as in a
+// cluster with knative/ (oidc.go): the functions accept only ServiceAccount tokens for their
+// audience, checked with the apiserver's TokenReview, and the cron reconciler, the scan
+// function's sink and Knative's adapters present tokens the apiserver issued. As Knative would,
+// it starts a new process of a component whose process exits or is killed, with a backoff,
+// unless Kill or Stop stopped it. `make run` shows it to a person; the end-to-end test drives
+// it.
 package stack
 
 import (
@@ -189,6 +193,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	if s.Token, err = s.webhookSecret(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.senderIdentities(ctx); err != nil {
 		return nil, err
 	}
 	for _, c := range Components() {
@@ -429,6 +436,7 @@ func (s *Stack) command(c string) (*exec.Cmd, ready, error) {
 		cmd := exec.Command(filepath.Join(s.bins, "cron"), "--every="+s.opts.CronEvery.String(),
 			"--spread="+(s.opts.CronEvery/4).String(), "--scan-url="+s.ScanEventsURL, "--policy-url="+s.PolicyURL,
 			"--store-dir="+filepath.Join(d, "store"),
+			"--scan-token-file="+s.tokenPath("cron-scan"), "--policy-token-file="+s.tokenPath("cron-policy"),
 			"--metrics-addr=127.0.0.1:"+strconv.Itoa(s.opts.Ports.CronMetrics))
 		cmd.Env = env
 		return cmd, nil, nil
@@ -506,13 +514,14 @@ notifications:
 `, dataDir, addr, RegistryHeader, dataDir, hookURL, token, backoff)
 }
 
-// withEnv returns command's result with Options.Env of c added.
+// withEnv returns command's result with the environment of sender proof (senderProof) and
+// Options.Env of c added.
 func (s *Stack) withEnv(c string) (*exec.Cmd, ready, error) {
 	cmd, ready, err := s.command(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	if extra := s.opts.Env[c]; len(extra) > 0 {
+	if extra := append(s.senderProof(c), s.opts.Env[c]...); len(extra) > 0 {
 		if cmd.Env == nil {
 			cmd.Env = os.Environ()
 		}

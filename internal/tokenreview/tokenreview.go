@@ -108,18 +108,18 @@ func New(client *kube.Client, audience string, opts ...Option) *Verifier {
 // Audience returns the audience that tokens must be issued for.
 func (v *Verifier) Audience() string { return v.audience }
 
-// Require wraps h so that only requests whose bearer token Verify accepts reach it; others get
-// 401 (429 when the review budget is spent, 500 when the apiserver fails) and h never runs.
-// A nil Verifier lets every request through.
+// Require wraps h so that only requests whose bearer token Verify accepts reach it, with the
+// token's user in their context (Sender); others get 401 (429 when the review budget is spent,
+// 500 when the apiserver fails) and h never runs. A nil Verifier lets every request through.
 func (v *Verifier) Require(h http.Handler) http.Handler {
 	if v == nil {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, err := v.Verify(r.Context(), r.Header.Get("Authorization"))
+		user, err := v.Verify(r.Context(), r.Header.Get("Authorization"))
 		switch {
 		case err == nil:
-			h.ServeHTTP(w, r)
+			h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), senderKey{}, user)))
 		case errors.Is(err, ErrUnauthenticated):
 			w.Header().Set("WWW-Authenticate", `Bearer realm="reflector"`)
 			http.Error(w, err.Error(), http.StatusUnauthorized)
@@ -130,6 +130,15 @@ func (v *Verifier) Require(h http.Handler) http.Handler {
 			http.Error(w, "cannot verify the sender's token", http.StatusInternalServerError)
 		}
 	})
+}
+
+type senderKey struct{}
+
+// Sender returns the user (system:serviceaccount:<namespace>:<name>) whose token Require
+// accepted for the request of ctx, and false for a request that no Verifier checked.
+func Sender(ctx context.Context) (string, bool) {
+	user, ok := ctx.Value(senderKey{}).(string)
+	return user, ok && user != ""
 }
 
 var errBusy = errors.New("too many unverified tokens; retry later")

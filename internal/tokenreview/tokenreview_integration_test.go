@@ -94,9 +94,13 @@ func TestVerifierIntegration(t *testing.T) {
 		t.Errorf("a refused token was reviewed %d more times", n)
 	}
 
-	// Require: only the valid token reaches the handler.
+	// Require: only the valid token reaches the handler, which learns whose it is.
 	reached := 0
-	srv := httptest.NewServer(v.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached++ })))
+	var sender string
+	srv := httptest.NewServer(v.Require(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached++
+		sender, _ = tokenreview.Sender(r.Context())
+	})))
 	defer srv.Close()
 	for auth, want := range map[string]int{"": http.StatusUnauthorized, "Bearer garbage": http.StatusUnauthorized, "Bearer " + good: http.StatusOK} {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL, nil)
@@ -114,6 +118,9 @@ func TestVerifierIntegration(t *testing.T) {
 	}
 	if reached != 1 {
 		t.Errorf("the handler ran %d times, want 1", reached)
+	}
+	if sender != "system:serviceaccount:"+allowed+":sender" {
+		t.Errorf("Sender = %q, want the token's ServiceAccount", sender)
 	}
 }
 
