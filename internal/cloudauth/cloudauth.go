@@ -122,6 +122,20 @@ func New(opts ...Option) *Authenticator {
 	return a
 }
 
+// CheckRegistry returns the error Login gives when host is not a registry of provider, or when
+// provider is not one of the clouds; nil otherwise.
+func CheckRegistry(provider, host string) error {
+	cl, ok := clouds[provider]
+	if !ok {
+		return &Error{Reason: v1.UnsupportedProviderReason, Err: fmt.Errorf(
+			"spec.provider %q is not supported: use generic, aws, azure or gcp", provider)}
+	}
+	if _, err := cl.registry(host); err != nil {
+		return &Error{Reason: v1.UnsupportedProviderReason, Err: err}
+	}
+	return nil
+}
+
 // OwnIdentity reports whether an object with spec.serviceAccountName serviceAccount logs in as
 // the functions' own cloud identity: no ServiceAccount of its own and no default one.
 func (a *Authenticator) OwnIdentity(serviceAccount string) bool {

@@ -193,23 +193,28 @@ var (
 	sixToFour  = netip.MustParsePrefix("2002::/16")
 )
 
-// Dial wraps dial, the inner dial function of a transport (nil: a net.Dialer like
-// go-containerregistry's default transport's), so that it connects only to allowed addresses.
-// A host name is resolved here and the allowed addresses are dialled by number, so the address
-// checked is the address connected to, whatever the name resolves to a moment later; a name that
-// the allow-list trusts by name is dialled as it is.
+// Dial wraps dial, the inner dial function of a transport, so that it connects only to allowed
+// addresses. With dial nil the guard dials itself, like go-containerregistry's default
+// transport: a host name is resolved here and only allowed addresses are dialled, by number, so
+// the address checked is the address connected to whatever the name resolves to a moment later,
+// and each socket's address is checked once more as it connects; a name that the allow-list
+// trusts by name is dialled as it is. A dial function of the caller's own decides where a name
+// leads, so the guard checks the address it connected to and closes a refused connection before
+// anything is sent on it.
 func (g *Guard) Dial(dial DialFunc) DialFunc {
-	if dial == nil {
-		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: g.control}
-		dial = d.DialContext
+	if dial != nil {
+		return g.checkConnected(dial)
 	}
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: g.control}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, port, err := net.SplitHostPort(addr)
 		if err != nil {
 			return nil, err
 		}
 		if g.allowsName(host, port) {
-			return dial(ctx, network, addr)
+			trusted := *d
+			trusted.Control = nil
+			return trusted.DialContext(ctx, network, addr)
 		}
 		p, err := strconv.ParseUint(port, 10, 16)
 		if err != nil {
@@ -217,9 +222,9 @@ func (g *Guard) Dial(dial DialFunc) DialFunc {
 		}
 		if a, err := netip.ParseAddr(host); err == nil {
 			if !g.Allows(netip.AddrPortFrom(a, uint16(p))) {
-				return nil, &net.OpError{Op: "dial", Net: network, Err: &RefusedError{}}
+				return nil, refused(network)
 			}
-			return dial(ctx, network, addr)
+			return d.DialContext(ctx, network, addr)
 		}
 		ips, err := g.resolver.LookupNetIP(ctx, ipNetwork(network), host)
 		if err != nil {
@@ -230,7 +235,7 @@ func (g *Guard) Dial(dial DialFunc) DialFunc {
 			if !g.Allows(netip.AddrPortFrom(a, uint16(p))) {
 				continue
 			}
-			conn, err := dial(ctx, network, netip.AddrPortFrom(a.Unmap(), uint16(p)).String())
+			conn, err := d.DialContext(ctx, network, netip.AddrPortFrom(a.Unmap(), uint16(p)).String())
 			if err == nil {
 				return conn, nil
 			}
@@ -244,8 +249,40 @@ func (g *Guard) Dial(dial DialFunc) DialFunc {
 		if firstErr != nil {
 			return nil, firstErr
 		}
-		return nil, &net.OpError{Op: "dial", Net: network, Err: &RefusedError{}}
+		return nil, refused(network)
 	}
+}
+
+// checkConnected wraps a dial function of the caller's own.
+func (g *Guard) checkConnected(dial DialFunc) DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err == nil && g.allowsName(host, port) {
+			return dial(ctx, network, addr)
+		}
+		if err == nil {
+			if a, perr := netip.ParseAddr(host); perr == nil {
+				p, _ := strconv.ParseUint(port, 10, 16)
+				if !g.Allows(netip.AddrPortFrom(a, uint16(p))) {
+					return nil, refused(network)
+				}
+			}
+		}
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		remote, ok := conn.RemoteAddr().(*net.TCPAddr)
+		if !ok || !g.Allows(remote.AddrPort()) {
+			conn.Close()
+			return nil, refused(network)
+		}
+		return conn, nil
+	}
+}
+
+func refused(network string) error {
+	return &net.OpError{Op: "dial", Net: network, Err: &RefusedError{}}
 }
 
 // control is the last check of a dial by the guard's own dialer, on the address the socket

@@ -171,6 +171,9 @@ func (c *Client) authenticator(ctx context.Context, kc *kube.Client, sec *secret
 	if provider == v1.GenericProvider || obj.Spec.SecretRef != nil {
 		return sec.authenticator(ctx, obj, host)
 	}
+	if err := cloudauth.CheckRegistry(provider, host); err != nil {
+		return nil, &Error{Reason: v1.UnsupportedProviderReason, Err: err}
+	}
 	if len(chosen) > 0 && c.cloud.OwnIdentity(obj.Spec.ServiceAccountName) {
 		return nil, &Error{Reason: v1.TransportNotTrustedReason, Err: fmt.Errorf(
 			"spec.provider %s logs in with reflector's own cloud identity, which is never sent through a transport the object chooses (%s): give the object spec.serviceAccountName (object-level workload identity) or a spec.secretRef, or remove %s",
