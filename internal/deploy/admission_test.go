@@ -106,11 +106,13 @@ func TestAdmissionPolicyRBACIntegration(t *testing.T) {
 	installAdmissionPolicy(t, env)
 	ctx := context.Background()
 
-	scan := kubeAs(t, env, "reflector-scan")
 	const specPatch = `{"spec":{"image":"registry.example.com/tenant/other"}}`
-	// The apiserver starts enforcing a new policy a moment after it is created.
+	// The apiserver starts enforcing a new policy a moment after it is created. The probe is a
+	// dry run: a patch admitted before then would change the spec, and every later one would
+	// change nothing, which the policy admits.
+	probe := impersonate(t, env, "reflector-scan").dynamic.Resource(repositories).Namespace(fx.ns)
 	testenv.Eventually(t, 30*time.Second, func() error {
-		_, err := scan.Repositories.Patch(ctx, fx.ns, fx.repo, types.MergePatchType, []byte(specPatch))
+		_, err := probe.Patch(ctx, fx.repo, types.MergePatchType, []byte(specPatch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil {
 			return errors.New("a spec patch by reflector-scan is still admitted")
 		}
@@ -191,7 +193,7 @@ func TestAdmissionPolicyRBACIntegration(t *testing.T) {
 		held := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "image.toolkit.fluxcd.io/v1", "kind": "ImageRepository",
 			"metadata": map[string]any{"name": "held", "finalizers": []any{v1.ImageFinalizer, other}},
-			"spec":     map[string]any{"image": "registry.example.com/team/held"},
+			"spec":     map[string]any{"image": "registry.example.com/team/held", "interval": "5m"},
 		}}
 		if _, err := admin.Create(ctx, held, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
