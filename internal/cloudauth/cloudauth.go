@@ -316,7 +316,7 @@ func (id *identity) token(ctx context.Context, audience string) (string, error) 
 	if err != nil {
 		hint := ""
 		if apierrors.IsForbidden(err) {
-			hint = " (the scan function's ServiceAccount needs create on serviceaccounts/token)"
+			hint = " (the function's ServiceAccount needs create on serviceaccounts/token, which knative/'s object-level-identity component grants)"
 		}
 		return "", failed("requesting a token for %s with audience %s: %v%s", id.describe(), audience, apiReason(err), hint)
 	}

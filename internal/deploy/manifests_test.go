@@ -295,10 +295,13 @@ func TestManifestsDryRunIntegration(t *testing.T) {
 		"Namespace /" + namespace,
 		"CustomResourceDefinition /imagerepositories.image.toolkit.fluxcd.io",
 		"CustomResourceDefinition /imagepolicies.image.toolkit.fluxcd.io",
+		"ServiceAccount reflector-system/reflector-webhook",
 		"ServiceAccount reflector-system/reflector-scan",
 		"ServiceAccount reflector-system/reflector-policy",
 		"ServiceAccount reflector-system/reflector-cron",
 		"ServiceAccount reflector-system/reflector-source",
+		"ClusterRole /reflector-webhook",
+		"ClusterRoleBinding /reflector-webhook",
 		"ClusterRole /reflector-scan",
 		"ClusterRoleBinding /reflector-scan",
 		"PersistentVolumeClaim reflector-system/reflector-store",
@@ -456,17 +459,18 @@ func containerEnv(svc *unstructured.Unstructured) map[string]string {
 }
 
 // TestPublicSurfaceIntegration checks what the internet can reach once knative/ is applied:
-// only reflector-webhook, which serves the webhook surface; the Services the broker delivers to
-// are cluster-local, and no Trigger delivers to the public one.
+// only reflector-webhook, which serves the webhook surface as a ServiceAccount of its own; the
+// Services the broker delivers to are cluster-local, and no Trigger delivers to the public one.
 func TestPublicSurfaceIntegration(t *testing.T) {
 	env := testenv.Kube(t)
 	installKnativeCRDs(t, env)
 	ensureNamespace(t, env)
 	a := newApplier(env)
-	want := map[string]struct{ visibility, surface string }{
-		"reflector-webhook": {"", "webhooks"},
-		"reflector-scan":    {"cluster-local", "cloudevents"},
-		"reflector-policy":  {"cluster-local", ""},
+	// Each runs as a ServiceAccount of its own: the public one's holds only what its path needs.
+	want := map[string]struct{ visibility, surface, serviceAccount string }{
+		"reflector-webhook": {"", "webhooks", "reflector-webhook"},
+		"reflector-scan":    {"cluster-local", "cloudevents", "reflector-scan"},
+		"reflector-policy":  {"cluster-local", "", "reflector-policy"},
 	}
 	seen := map[string]bool{}
 	for _, obj := range build(t, placeholderImages()) {
@@ -486,6 +490,9 @@ func TestPublicSurfaceIntegration(t *testing.T) {
 			}
 			if got := containerEnv(applied)["REFLECTOR_SURFACE"]; got != w.surface {
 				t.Errorf("%s: REFLECTOR_SURFACE %q, want %q", obj.GetName(), got, w.surface)
+			}
+			if got, _, _ := unstructured.NestedString(applied.Object, "spec", "template", "spec", "serviceAccountName"); got != w.serviceAccount {
+				t.Errorf("%s: serviceAccountName %q, want %q", obj.GetName(), got, w.serviceAccount)
 			}
 		case "Trigger":
 			if sub, _, _ := unstructured.NestedString(obj.Object, "spec", "subscriber", "ref", "name"); sub == "reflector-webhook" {

@@ -2,14 +2,18 @@ package deploy
 
 import (
 	"context"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -18,6 +22,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/kustomize/kyaml/kio"
+	kyaml "sigs.k8s.io/kustomize/kyaml/yaml"
 
 	"github.com/imagereflector/reflector/internal/testenv"
 )
@@ -49,24 +55,59 @@ func impersonate(t *testing.T, env *testenv.Env, sa string) identity {
 	return identity{dynamic: d, clientset: c}
 }
 
-// installRBAC creates knative/'s ServiceAccounts, ClusterRoles and ClusterRoleBindings for real.
-func installRBAC(t *testing.T, env *testenv.Env) {
+// installRBAC creates the ServiceAccounts, ClusterRoles and ClusterRoleBindings of knative/,
+// built with the given components of knative/, for real, and returns them.
+func installRBAC(t *testing.T, env *testenv.Env, components ...string) []*unstructured.Unstructured {
 	t.Helper()
 	ensureNamespace(t, env)
 	a := newApplier(env)
-	n := 0
-	for _, obj := range build(t, placeholderImages()) {
-		switch obj.GetKind() {
-		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
-			if _, err := a.apply(context.Background(), obj, false); err != nil {
-				t.Fatalf("%s: %v", key(obj), err)
-			}
-			n++
+	var installed []*unstructured.Unstructured
+	for _, obj := range build(t, withComponents(placeholderImages(), components...)) {
+		if !isRBAC(obj) {
+			continue
 		}
+		if _, err := a.apply(context.Background(), obj, false); err != nil {
+			t.Fatalf("%s: %v", key(obj), err)
+		}
+		installed = append(installed, obj)
 	}
-	if n == 0 {
+	if len(installed) == 0 {
 		t.Fatal("knative/ has no RBAC objects")
 	}
+	return installed
+}
+
+// withComponents adds a components: section naming the given components of knative/ to an
+// overlay.
+func withComponents(overlay string, components ...string) string {
+	if len(components) == 0 {
+		return overlay
+	}
+	overlay += "components:\n"
+	for _, c := range components {
+		overlay += "  - {{knative}}/" + c + "\n"
+	}
+	return overlay
+}
+
+func isRBAC(obj *unstructured.Unstructured) bool {
+	switch obj.GetKind() {
+	case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+		return true
+	}
+	return false
+}
+
+// serviceAccounts are the ServiceAccounts of knative/, one per workload.
+var serviceAccounts = []string{"reflector-webhook", "reflector-scan", "reflector-policy", "reflector-cron", "reflector-source"}
+
+// requestToken asks for a token of the ServiceAccount namespace/name for a cloud's audience, as
+// object-level workload identity does (internal/cloudauth).
+func requestToken(ctx context.Context, id identity, namespace, name string) error {
+	_, err := id.clientset.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authnv1.TokenRequest{
+		Spec: authnv1.TokenRequestSpec{Audiences: []string{"sts.amazonaws.com"}},
+	}, metav1.CreateOptions{})
+	return err
 }
 
 // fixture is what the functions work on in a user's namespace: an ImageRepository with
@@ -175,16 +216,11 @@ func TestRBACIntegration(t *testing.T) {
 		}, metav1.CreateOptions{})
 		return err
 	}
-	listWebhookSecrets := func(id identity) error {
-		_, err := id.dynamic.Resource(secrets).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=reflector-webhook"})
+	listSecretsNamed := func(id identity, name string) error {
+		_, err := id.dynamic.Resource(secrets).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 		return err
 	}
-	serviceAccountToken := func(id identity, namespace string) error {
-		_, err := id.clientset.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, "puller", &authnv1.TokenRequest{
-			Spec: authnv1.TokenRequestSpec{Audiences: []string{"sts.amazonaws.com"}},
-		}, metav1.CreateOptions{})
-		return err
-	}
+	listWebhookSecrets := func(id identity) error { return listSecretsNamed(id, "reflector-webhook") }
 	review := func(id identity) error {
 		_, err := id.clientset.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
 			Spec: authnv1.TokenReviewSpec{Token: "not-a-token", Audiences: []string{"reflector-scan"}},
@@ -193,6 +229,10 @@ func TestRBACIntegration(t *testing.T) {
 	}
 	deleteCRD := func(id identity) error {
 		return id.dynamic.Resource(crdGVR).Delete(ctx, "imagerepositories.image.toolkit.fluxcd.io", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	}
+	getServiceAccount := func(id identity) error {
+		_, err := id.clientset.CoreV1().ServiceAccounts(fx.ns).Get(ctx, "puller", metav1.GetOptions{})
+		return err
 	}
 	const (
 		annotate     = `{"metadata":{"annotations":{"reconcile.fluxcd.io/requestedAt":"rbac-test"}}}`
@@ -203,16 +243,21 @@ func TestRBACIntegration(t *testing.T) {
 		dropFinalizers = `[{"op":"add","path":"/metadata/finalizers","value":[]}]`
 	)
 
-	type check struct {
-		what    string
-		allowed bool
-		do      func(identity) error
-	}
-	// Shared by every identity: nothing of reflector may write Secrets, delete the CRDs or
-	// delete the objects it reconciles.
+	// Shared by every identity: nothing of reflector may write Secrets, delete the CRDs, create
+	// or delete the objects it reconciles, or mint a token for any ServiceAccount (that is the
+	// object-level-identity component's grant, TestObjectLevelIdentityRBACIntegration).
 	never := []check{
 		{"create a Secret", false, writeSecret},
 		{"delete a CRD", false, deleteCRD},
+		{"create an ImageRepository", false, func(id identity) error {
+			obj := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "image.toolkit.fluxcd.io/v1", "kind": "ImageRepository",
+				"metadata": map[string]any{"name": "planted"},
+				"spec":     map[string]any{"image": "registry.example.com/team/planted"},
+			}}
+			_, err := id.dynamic.Resource(repositories).Namespace(fx.ns).Create(ctx, obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}},
 		{"delete an ImageRepository", false, func(id identity) error {
 			return id.dynamic.Resource(repositories).Namespace(fx.ns).Delete(ctx, fx.repo, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		}},
@@ -221,11 +266,55 @@ func TestRBACIntegration(t *testing.T) {
 			_, err := id.clientset.CoreV1().Pods(fx.ns).List(ctx, metav1.ListOptions{})
 			return err
 		}},
+		{"request a token of the repository's ServiceAccount", false, func(id identity) error { return requestToken(ctx, id, fx.ns, "puller") }},
+		{"request a token of a ServiceAccount of reflector-system", false, func(id identity) error {
+			return requestToken(ctx, id, namespace, "reflector-cron")
+		}},
 	}
 	for _, tc := range []struct {
 		sa     string
 		checks []check
 	}{
+		// The public pod: what a registry webhook's path calls, and nothing of the cluster-local
+		// surfaces (no TokenReviews, no ImagePolicies).
+		{"reflector-webhook", []check{
+			{"list the webhook Secrets of every namespace by name", true, listWebhookSecrets},
+			{"list ImageRepositories", true, func(id identity) error { return list(id, repositories) }},
+			{"watch ImageRepositories", true, func(id identity) error { return watch(id, repositories) }},
+			{"get an ImageRepository", true, func(id identity) error { return get(id, repositories, fx.repo) }},
+			{"annotate an ImageRepository", true, func(id identity) error { return merge(id, repositories, fx.repo, annotate) }},
+			{"patch ImageRepository status", true, func(id identity) error { return merge(id, repositories, fx.repo, repoStatus, "status") }},
+			{"remove a finalizer of an ImageRepository", true, func(id identity) error { return jsonPatch(id, repositories, fx.repo, dropFinalizers) }},
+			{"get the repository's credentials Secret", true, func(id identity) error { return get(id, secrets, "registry-credentials") }},
+			{"get the repository's ServiceAccount", true, getServiceAccount},
+			{"create an Event", true, event},
+			{"review a token", false, review},
+			{"list other Secrets by name", false, func(id identity) error { return listSecretsNamed(id, "registry-credentials") }},
+			{"list one namespace's Secrets", false, func(id identity) error {
+				_, err := id.clientset.CoreV1().Secrets(fx.ns).List(ctx, metav1.ListOptions{})
+				return err
+			}},
+			{"watch the webhook Secrets", false, func(id identity) error {
+				w, err := id.dynamic.Resource(secrets).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=reflector-webhook"})
+				if err == nil {
+					w.Stop()
+				}
+				return err
+			}},
+			{"list ServiceAccounts", false, func(id identity) error {
+				_, err := id.clientset.CoreV1().ServiceAccounts(fx.ns).List(ctx, metav1.ListOptions{})
+				return err
+			}},
+			{"get a Namespace", false, func(id identity) error {
+				_, err := id.clientset.CoreV1().Namespaces().Get(ctx, fx.ns, metav1.GetOptions{})
+				return err
+			}},
+			{"get an ImagePolicy", false, func(id identity) error { return get(id, policies, fx.policy) }},
+			{"list ImagePolicies", false, func(id identity) error { return list(id, policies) }},
+			{"watch ImagePolicies", false, func(id identity) error { return watch(id, policies) }},
+			{"remove a finalizer of an ImagePolicy", false, func(id identity) error { return jsonPatch(id, policies, fx.policy, dropFinalizers) }},
+			{"patch ImagePolicy status", false, func(id identity) error { return merge(id, policies, fx.policy, policyStatus, "status") }},
+		}},
 		{"reflector-scan", []check{
 			{"list ImageRepositories", true, func(id identity) error { return list(id, repositories) }},
 			{"watch ImageRepositories", true, func(id identity) error { return watch(id, repositories) }},
@@ -234,15 +323,11 @@ func TestRBACIntegration(t *testing.T) {
 			{"patch ImageRepository status", true, func(id identity) error { return merge(id, repositories, fx.repo, repoStatus, "status") }},
 			{"remove a finalizer of an ImageRepository", true, func(id identity) error { return jsonPatch(id, repositories, fx.repo, dropFinalizers) }},
 			{"get the repository's credentials Secret", true, func(id identity) error { return get(id, secrets, "registry-credentials") }},
-			{"get the namespace's webhook Secret", true, func(id identity) error { return get(id, secrets, "reflector-webhook") }},
-			{"list the webhook Secrets of every namespace by name", true, listWebhookSecrets},
 			{"review a token", true, review},
-			{"get the repository's ServiceAccount", true, func(id identity) error {
-				_, err := id.clientset.CoreV1().ServiceAccounts(fx.ns).Get(ctx, "puller", metav1.GetOptions{})
-				return err
-			}},
-			{"request a token of the repository's ServiceAccount", true, func(id identity) error { return serviceAccountToken(id, fx.ns) }},
+			{"get the repository's ServiceAccount", true, getServiceAccount},
 			{"create an Event", true, event},
+			// Only the public surface authenticates registry webhooks.
+			{"list the webhook Secrets", false, listWebhookSecrets},
 			{"list ImagePolicies", false, func(id identity) error { return list(id, policies) }},
 			{"watch ImagePolicies", false, func(id identity) error { return watch(id, policies) }},
 			{"patch ImagePolicy status", false, func(id identity) error { return merge(id, policies, fx.policy, policyStatus, "status") }},
@@ -260,7 +345,7 @@ func TestRBACIntegration(t *testing.T) {
 				return err
 			}},
 			{"get the repository's credentials Secret", true, func(id identity) error { return get(id, secrets, "registry-credentials") }},
-			{"request a token of the repository's ServiceAccount", true, func(id identity) error { return serviceAccountToken(id, fx.ns) }},
+			{"get the repository's ServiceAccount", true, getServiceAccount},
 			{"create an Event", true, event},
 			{"review a token", true, review},
 			{"list the webhook Secrets", false, listWebhookSecrets},
@@ -277,7 +362,6 @@ func TestRBACIntegration(t *testing.T) {
 			{"annotate an ImageRepository", false, func(id identity) error { return merge(id, repositories, fx.repo, annotate) }},
 			{"patch ImagePolicy status", false, func(id identity) error { return merge(id, policies, fx.policy, policyStatus, "status") }},
 			{"remove a finalizer of an ImagePolicy", false, func(id identity) error { return jsonPatch(id, policies, fx.policy, dropFinalizers) }},
-			{"request a token of the repository's ServiceAccount", false, func(id identity) error { return serviceAccountToken(id, fx.ns) }},
 			{"create an Event", false, event},
 		}},
 		{"reflector-source", []check{
@@ -290,19 +374,198 @@ func TestRBACIntegration(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.sa, func(t *testing.T) {
-			id := impersonate(t, env, tc.sa)
-			for _, c := range append(tc.checks, never...) {
-				err := c.do(id)
-				switch {
-				case c.allowed && err != nil:
-					t.Errorf("%s cannot %s: %v", tc.sa, c.what, err)
-				case !c.allowed && err == nil:
-					t.Errorf("%s can %s", tc.sa, c.what)
-				case !c.allowed && !apierrors.IsForbidden(err):
-					t.Errorf("%s %s: want Forbidden, got %v", tc.sa, c.what, err)
+			checkAccess(t, impersonate(t, env, tc.sa), tc.sa, append(tc.checks, never...))
+		})
+	}
+}
+
+// TestObjectLevelIdentityRBACIntegration installs knative/ with the object-level-identity
+// component: the functions that log in to registries for an object (reflector-webhook,
+// reflector-scan, reflector-policy) may then request a token of the object's ServiceAccount; the
+// cron reconciler and the ApiServerSource still may not, and the component grants nothing else.
+func TestObjectLevelIdentityRBACIntegration(t *testing.T) {
+	env := testenv.Kube(t)
+	ctx := context.Background()
+	base := map[string]*unstructured.Unstructured{}
+	for _, obj := range installRBAC(t, env) {
+		base[key(obj)] = obj
+	}
+	var added []*unstructured.Unstructured
+	for _, obj := range installRBAC(t, env, "object-level-identity") {
+		if b, ok := base[key(obj)]; !ok {
+			added = append(added, obj)
+		} else if !equality.Semantic.DeepEqual(b.Object, obj.Object) {
+			t.Errorf("the component changes %s", key(obj))
+		}
+	}
+	// The apiserver is shared by the package's tests, which expect the default install: the
+	// component's grants go again, and the test waits until the authorizer has seen it.
+	t.Cleanup(func() {
+		rbac := env.Clientset().RbacV1()
+		for _, obj := range added {
+			var err error
+			switch obj.GetKind() {
+			case "ClusterRole":
+				err = rbac.ClusterRoles().Delete(ctx, obj.GetName(), metav1.DeleteOptions{})
+			case "ClusterRoleBinding":
+				err = rbac.ClusterRoleBindings().Delete(ctx, obj.GetName(), metav1.DeleteOptions{})
+			}
+			if err != nil {
+				t.Errorf("deleting %s: %v", key(obj), err)
+			}
+		}
+		err := testenv.Poll(ctx, 30*time.Second, 20*time.Millisecond, func() error {
+			for _, sa := range serviceAccounts {
+				review, err := env.Clientset().AuthorizationV1().SubjectAccessReviews().Create(ctx, tokenReview(sa, "default"), metav1.CreateOptions{})
+				if err != nil {
+					return err
+				}
+				if review.Status.Allowed {
+					return fmt.Errorf("%s may still create tokens", sa)
 				}
 			}
+			return nil
 		})
+		if err != nil {
+			t.Error(err)
+		}
+	})
+
+	// What the component adds: a ClusterRole whose only rule creates tokens, bound to the three
+	// functions.
+	subjects := map[string]bool{}
+	for _, obj := range added {
+		switch obj.GetKind() {
+		case "ClusterRole":
+			rules, _, _ := unstructured.NestedSlice(obj.Object, "rules")
+			want := []any{map[string]any{"apiGroups": []any{""}, "resources": []any{"serviceaccounts/token"}, "verbs": []any{"create"}}}
+			if !equality.Semantic.DeepEqual(rules, want) {
+				t.Errorf("%s: rules %v, want only create on serviceaccounts/token", key(obj), rules)
+			}
+		case "ClusterRoleBinding":
+			list, _, _ := unstructured.NestedSlice(obj.Object, "subjects")
+			for _, s := range list {
+				m, _ := s.(map[string]any)
+				subjects[fmt.Sprint(m["namespace"], "/", m["name"])] = true
+			}
+		default:
+			t.Errorf("the component adds %s", key(obj))
+		}
+	}
+	if len(added) == 0 {
+		t.Fatal("the object-level-identity component adds no RBAC objects")
+	}
+
+	fx := newFixture(t, env)
+	loginFor := map[string]bool{"reflector-webhook": true, "reflector-scan": true, "reflector-policy": true}
+	for _, sa := range serviceAccounts {
+		if loginFor[sa] != subjects[namespace+"/"+sa] {
+			t.Errorf("%s: bound to the token role %v, want %v", sa, subjects[namespace+"/"+sa], loginFor[sa])
+		}
+		checkAccess(t, impersonate(t, env, sa), sa, []check{
+			{"request a token of the repository's ServiceAccount", loginFor[sa], func(id identity) error {
+				return requestToken(ctx, id, fx.ns, "puller")
+			}},
+		})
+	}
+}
+
+// tokenReview asks whether reflector's ServiceAccount sa may create tokens of the
+// ServiceAccounts of ns.
+func tokenReview(sa, ns string) *authorizationv1.SubjectAccessReview {
+	r := sarFor(sa, ns, schema.GroupVersion{Version: "v1"}, "serviceaccounts", "create")
+	r.Spec.ResourceAttributes.Subresource = "token"
+	return r
+}
+
+// TestRBACRulesSayWhy reads the RBAC manifests of knative/ and its components as written: every
+// rule of every role carries a comment that says which call needs it, and every role that
+// kustomize builds, with every component, is one of those read.
+func TestRBACRulesSayWhy(t *testing.T) {
+	root := filepath.Join(repoRoot(t), "knative")
+	read := map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(path) != ".yaml" {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		nodes, err := kio.FromBytes(b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		for _, n := range nodes {
+			if k := n.GetKind(); k != "ClusterRole" && k != "Role" {
+				continue
+			}
+			read[n.GetKind()+"/"+n.GetName()] = true
+			rules, err := n.Pipe(kyaml.Lookup("rules"))
+			if err != nil || rules == nil {
+				t.Errorf("%s: %s %s has no rules", path, n.GetKind(), n.GetName())
+				continue
+			}
+			elements, err := rules.Elements()
+			if err != nil {
+				return err
+			}
+			for i, rule := range elements {
+				if strings.TrimSpace(strings.TrimLeft(rule.YNode().HeadComment, "# ")) == "" {
+					t.Errorf("%s: rule %d of %s %s has no comment saying why it is there", path, i, n.GetKind(), n.GetName())
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var components []string
+	dirs, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(root, d.Name(), "kustomization.yaml")); d.IsDir() && err == nil {
+			components = append(components, d.Name())
+		}
+	}
+	built := 0
+	for _, obj := range build(t, withComponents(placeholderImages(), components...)) {
+		if k := obj.GetKind(); k == "ClusterRole" || k == "Role" {
+			built++
+			if !read[k+"/"+obj.GetName()] {
+				t.Errorf("%s %s is built but was not read from knative/", k, obj.GetName())
+			}
+		}
+	}
+	if built == 0 {
+		t.Fatal("kustomize builds no roles")
+	}
+}
+
+// check is one request that an identity must, or must not, be allowed to make.
+type check struct {
+	what    string
+	allowed bool
+	do      func(identity) error
+}
+
+// checkAccess makes each check's request as id, the ServiceAccount sa: an allowed one must
+// succeed, any other must be refused as Forbidden.
+func checkAccess(t *testing.T, id identity, sa string, checks []check) {
+	t.Helper()
+	for _, c := range checks {
+		err := c.do(id)
+		switch {
+		case c.allowed && err != nil:
+			t.Errorf("%s cannot %s: %v", sa, c.what, err)
+		case !c.allowed && err == nil:
+			t.Errorf("%s can %s", sa, c.what)
+		case !c.allowed && !apierrors.IsForbidden(err):
+			t.Errorf("%s %s: want Forbidden, got %v", sa, c.what, err)
+		}
 	}
 }
 
