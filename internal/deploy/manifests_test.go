@@ -686,3 +686,43 @@ func TestStoreIsSharedIntegration(t *testing.T) {
 		t.Errorf("found %d of the %d workloads", seen, len(podSpecs))
 	}
 }
+
+// TestMultiTenancyComponentIntegration applies knative/ with the multi-tenancy component: the
+// three functions refuse cross-namespace references and log in as the namespace's default
+// ServiceAccount, with the object-level identity gate its token grant and the admission policy
+// that it brings along.
+func TestMultiTenancyComponentIntegration(t *testing.T) {
+	env := testenv.Kube(t)
+	installKnativeCRDs(t, env)
+	ensureNamespace(t, env)
+	a := newApplier(env)
+	kinds := map[string]bool{}
+	envs := map[string]map[string]string{}
+	for _, obj := range build(t, placeholderImages()+"components:\n  - {{knative}}/multi-tenancy\n") {
+		kinds[obj.GetKind()+"/"+obj.GetName()] = true
+		if obj.GetKind() != "Service" || obj.GetAPIVersion() != "serving.knative.dev/v1" {
+			continue
+		}
+		applied, err := a.apply(context.Background(), obj, true)
+		if err != nil {
+			t.Fatalf("%s rejected: %v", key(obj), err)
+		}
+		envs[obj.GetName()] = containerEnv(applied)
+	}
+	for _, svc := range []string{"reflector-webhook", "reflector-scan", "reflector-policy"} {
+		for k, want := range map[string]string{
+			"REFLECTOR_NO_CROSS_NAMESPACE_REFS": "true",
+			"REFLECTOR_DEFAULT_SERVICE_ACCOUNT": "default",
+			"REFLECTOR_FEATURE_GATES":           "ObjectLevelWorkloadIdentity=true",
+		} {
+			if got := envs[svc][k]; got != want {
+				t.Errorf("%s: %s %q, want %q", svc, k, got, want)
+			}
+		}
+	}
+	for _, want := range []string{"ValidatingAdmissionPolicy/reflector-writes", "ValidatingAdmissionPolicyBinding/reflector-writes", "ClusterRole/reflector-serviceaccount-tokens"} {
+		if !kinds[want] {
+			t.Errorf("the component brings no %s", want)
+		}
+	}
+}
