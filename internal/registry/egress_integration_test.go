@@ -29,39 +29,16 @@ const internalSecret = "db_password=hunter2"
 // internalServer is an HTTP server on 127.0.0.2, an address the tests' guard refuses, that
 // counts the connections it accepts.
 type internalServer struct {
-	url      string
-	host     string
-	accepted atomic.Int32
-}
-
-type countingListener struct {
-	net.Listener
-	n *atomic.Int32
-}
-
-func (l countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.n.Add(1)
-	}
-	return c, err
+	url, host string
+	accepted  *atomic.Int32
 }
 
 func newInternalServer(t *testing.T) *internalServer {
 	t.Helper()
-	s := &internalServer{}
-	l, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	host, accepted := testenv.ServeCounted(t, "127.0.0.2:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, internalSecret)
 	}))
-	srv.Listener = countingListener{l, &s.accepted}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	s.url, s.host = srv.URL, l.Addr().String()
-	return s
+	return &internalServer{url: "http://" + host, host: host, accepted: accepted}
 }
 
 // wantRefused checks that err is the guard's refusal and tells nothing of what was refused.

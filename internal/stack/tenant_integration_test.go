@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -24,36 +23,6 @@ import (
 
 // clusterSecret is what the server that stands for the cluster's private network answers.
 const clusterSecret = "db_password=cluster-internal"
-
-// countingListener counts the connections a listener accepts.
-type countingListener struct {
-	net.Listener
-	n *atomic.Int32
-}
-
-func (l countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.n.Add(1)
-	}
-	return c, err
-}
-
-// serveOn serves h on a listener of its own at addr, counting the connections it accepts, until
-// the test ends.
-func serveOn(t *testing.T, addr string, h http.Handler) (host string, accepted *atomic.Int32) {
-	t.Helper()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted = new(atomic.Int32)
-	srv := httptest.NewUnstartedServer(h)
-	srv.Listener = countingListener{l, accepted}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return l.Addr().String(), accepted
-}
 
 // tenantRepository applies an ImageRepository of image in namespace default, with edits to its
 // spec as YAML lines, and waits for its first scan's status.
@@ -125,7 +94,7 @@ func TestTenantLockdownIntegration(t *testing.T) {
 		stack.Scan:   append([]string{"REFLECTOR_REGISTRY_RATE=0"}, dead...),
 		stack.Policy: dead,
 	}})
-	internalHost, internalAccepted := serveOn(t, "127.0.0.2:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	internalHost, internalAccepted := testenv.ServeCounted(t, "127.0.0.2:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, clusterSecret)
 	}))
 	wantRefused := func(t *testing.T, repo *v1.ImageRepository) {
@@ -140,7 +109,7 @@ func TestTenantLockdownIntegration(t *testing.T) {
 	}
 
 	t.Run("a redirect to the private network", func(t *testing.T) {
-		tenant, _ := serveOn(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant, _ := testenv.ServeCounted(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/v2/" {
 				return
 			}
@@ -181,8 +150,8 @@ func TestTenantLockdownIntegration(t *testing.T) {
 				http.NotFound(w, r)
 			}
 		})
-		first, _ := serveOn(t, "127.0.0.1:0", handler)
-		second, _ := serveOn(t, "127.0.0.1:0", handler)
+		first, _ := testenv.ServeCounted(t, "127.0.0.1:0", handler)
+		second, _ := testenv.ServeCounted(t, "127.0.0.1:0", handler)
 		_, ports[0], _ = net.SplitHostPort(first)
 		_, ports[1], _ = net.SplitHostPort(second)
 		before := testenv.Scrape(t, s.Metrics[stack.Scan])
@@ -220,7 +189,7 @@ func TestTenantLockdownIntegration(t *testing.T) {
 
 	t.Run("the functions' cloud identity through the tenant's proxy", func(t *testing.T) {
 		var proxied atomic.Int32
-		proxy, _ := serveOn(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxy, _ := testenv.ServeCounted(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			proxied.Add(1)
 			w.Header().Set("Proxy-Authenticate", `Basic realm="tenant"`)
 			w.WriteHeader(http.StatusProxyAuthRequired)
