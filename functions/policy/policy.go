@@ -32,6 +32,10 @@
 //	REFLECTOR_OIDC_NAMESPACES and a ServiceAccount of one of these namespaces (comma-separated)
 //	REFLECTOR_FEATURE_GATES, REFLECTOR_DEFAULT_SERVICE_ACCOUNT  as for the scan function: how
 //	                      digest reflection (a HEAD of the latest tag) logs in to cloud registries
+//	REFLECTOR_NO_CROSS_NAMESPACE_REFS  "true": Flux's --no-cross-namespace-refs; an ImagePolicy
+//	                      whose imageRepositoryRef names another namespace is refused
+//	                      (AccessDenied, Stalled) whatever that repository's accessFrom says
+//	                      (default false: accessFrom decides)
 //	REFLECTOR_SIGSTORE_TUF_URL    the TUF repository that the Sigstore trusted root of keyless
 //	                      verification without a secretRef comes from (default: the public-good
 //	                      one, https://tuf-repo-cdn.sigstore.dev), e.g. a mirror
@@ -50,8 +54,12 @@ package policy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
@@ -119,6 +127,9 @@ type Deps struct {
 	// policies of a repository's own namespace are advanced by a delta without a read of the
 	// repository (reconcile.Evaluator.Repositories); nil reads it at every event.
 	Repositories *kube.Cache[*v1.ImageRepository]
+	// NoCrossNamespaceRefs refuses ImagePolicies that refer to another namespace
+	// (reconcile.Evaluator.NoCrossNamespaceRefs).
+	NoCrossNamespaceRefs bool
 }
 
 // FromEnv builds Deps from the environment described in the package comment.
@@ -139,6 +150,10 @@ func FromEnv() (*Deps, error) {
 	if err != nil {
 		return nil, err
 	}
+	noCross, err := noCrossNamespaceRefsFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Deps{
 		Kube:     env.Kube,
 		Registry: registry.New(append([]registry.Option{registry.WithCloudAuth(cloud)}, limit...)...),
@@ -147,6 +162,8 @@ func FromEnv() (*Deps, error) {
 		Recorder: kube.NewRecorder(env.Kube, "reflector-policy", kube.PostingTo(env.FluxEvents)),
 		Senders:  env.Senders,
 		Sigstore: sigstore,
+
+		NoCrossNamespaceRefs: noCross,
 	}
 	if env.CacheObjects {
 		d.Policies = kube.NewCache(env.Kube.Policies, map[string]func(*v1.ImagePolicy) string{
@@ -158,6 +175,21 @@ func FromEnv() (*Deps, error) {
 		d.Repositories.Start(context.Background())
 	}
 	return d, nil
+}
+
+// noCrossNamespaceRefsFromEnv reads REFLECTOR_NO_CROSS_NAMESPACE_REFS: false when unset, and an
+// error for a value that is not a boolean, so that a lockdown the admin misspelled is not
+// silently off.
+func noCrossNamespaceRefsFromEnv() (bool, error) {
+	v := strings.TrimSpace(os.Getenv("REFLECTOR_NO_CROSS_NAMESPACE_REFS"))
+	if v == "" {
+		return false, nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("REFLECTOR_NO_CROSS_NAMESPACE_REFS: %q is not true or false", v)
+	}
+	return on, nil
 }
 
 // newImageVerifier checks signatures with internal/signature, which only this function links,
@@ -192,7 +224,7 @@ func NewHandler(d *Deps) *Handler {
 	}
 	ev := &reconcile.Evaluator{
 		Kube: d.Kube, Store: d.Store, Registry: d.Registry, Recorder: d.Recorder, Log: log,
-		Verifier: newImageVerifier(d.Sigstore),
+		Verifier: newImageVerifier(d.Sigstore), NoCrossNamespaceRefs: d.NoCrossNamespaceRefs,
 	}
 	// A nil pointer in an interface would be non-nil; leave such fields unset instead.
 	if d.Sink != nil {
