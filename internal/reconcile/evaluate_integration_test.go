@@ -249,7 +249,8 @@ func TestEvaluateIntegrationCrossNamespace(t *testing.T) {
 	}
 	checkRefusalEvents(t, f, red, refused, denied)
 
-	// Relabelling the namespace grants access on the next evaluation.
+	// Relabelling the namespace grants access on the next evaluation, to the tags stored since.
+	f.ev.Recorder = f.rec
 	patch := []byte(`{"metadata":{"labels":{"team":"blue"}}}`)
 	if _, err := f.kube.Namespaces.Patch(ctx, "", red, types.MergePatchType, patch); err != nil {
 		t.Fatal(err)
@@ -257,7 +258,7 @@ func TestEvaluateIntegrationCrossNamespace(t *testing.T) {
 	if out := f.evaluate(t, red, "blue-only"); out.Result != reconcile.PolicySucceeded {
 		t.Errorf("after relabelling: %+v", out)
 	}
-	checkReady(t, f.get(t, red, "blue-only"), metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false)
+	checkReady(t, f.get(t, red, "blue-only"), metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.2.0", false)
 }
 
 // checkRefusalEvents checks that each ImagePolicy of ns named in policies has exactly one
@@ -322,6 +323,7 @@ func TestEvaluateIntegrationNoCrossNamespaceRefs(t *testing.T) {
 	if out := f.evaluate(t, f.ns, "own"); out.Result != reconcile.PolicySucceeded {
 		t.Errorf("a policy of the repository's own namespace, naming it: %+v", out)
 	}
+	f.ev.Recorder = f.rec
 	rec.Shutdown()
 	checkRefusalEvents(t, f, other, []string{"open", "missing"}, blocked)
 }
