@@ -41,6 +41,10 @@
 //	                      so that only a proven caller reaches them. Off by default, and in knative/
 //	REFLECTOR_FEATURE_GATES, REFLECTOR_DEFAULT_SERVICE_ACCOUNT  as for the scan function: how
 //	                      digest reflection (a HEAD of the latest tag) logs in to cloud registries
+//	REFLECTOR_NO_CROSS_NAMESPACE_REFS  "true": Flux's --no-cross-namespace-refs; an ImagePolicy
+//	                      whose imageRepositoryRef names another namespace is refused
+//	                      (AccessDenied, Stalled) whatever that repository's accessFrom says
+//	                      (default false: accessFrom decides)
 //	REFLECTOR_SIGSTORE_TUF_URL    the TUF repository that the Sigstore trusted root of keyless
 //	                      verification without a secretRef comes from (default: the public-good
 //	                      one, https://tuf-repo-cdn.sigstore.dev), e.g. a mirror
@@ -65,6 +69,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
@@ -136,6 +141,9 @@ type Deps struct {
 	// policies of a repository's own namespace are advanced by a delta without a read of the
 	// repository (reconcile.Evaluator.Repositories); nil reads it at every event.
 	Repositories *kube.Cache[*v1.ImageRepository]
+	// NoCrossNamespaceRefs refuses ImagePolicies that refer to another namespace
+	// (reconcile.Evaluator.NoCrossNamespaceRefs).
+	NoCrossNamespaceRefs bool
 }
 
 // FromEnv builds Deps from the environment described in the package comment.
@@ -164,6 +172,10 @@ func FromEnv() (*Deps, error) {
 	if err != nil {
 		return nil, err
 	}
+	noCross, err := noCrossNamespaceRefsFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Deps{
 		Kube:     env.Kube,
 		Registry: registry.New(append([]registry.Option{registry.WithCloudAuth(cloud), registry.WithEgress(guard)}, limit...)...),
@@ -173,7 +185,8 @@ func FromEnv() (*Deps, error) {
 		Senders:  env.Senders,
 		Sigstore: sigstore,
 
-		DebugEndpoints: debug,
+		DebugEndpoints:       debug,
+		NoCrossNamespaceRefs: noCross,
 	}
 	if env.CacheObjects {
 		d.Policies = kube.NewCache(env.Kube.Policies, map[string]func(*v1.ImagePolicy) string{
@@ -199,6 +212,21 @@ func debugEndpoints(v string, proven bool) (bool, error) {
 	}
 	if on && !proven {
 		return false, errors.New("REFLECTOR_DEBUG_ENDPOINTS=true needs REFLECTOR_OIDC_AUDIENCE: the endpoints are served only to a proven caller")
+	}
+	return on, nil
+}
+
+// noCrossNamespaceRefsFromEnv reads REFLECTOR_NO_CROSS_NAMESPACE_REFS: false when unset, and an
+// error for a value that is not a boolean, so that a lockdown the admin misspelled is not
+// silently off.
+func noCrossNamespaceRefsFromEnv() (bool, error) {
+	v := strings.TrimSpace(os.Getenv("REFLECTOR_NO_CROSS_NAMESPACE_REFS"))
+	if v == "" {
+		return false, nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("REFLECTOR_NO_CROSS_NAMESPACE_REFS: %q is not true or false", v)
 	}
 	return on, nil
 }
@@ -235,7 +263,7 @@ func NewHandler(d *Deps) *Handler {
 	}
 	ev := &reconcile.Evaluator{
 		Kube: d.Kube, Store: d.Store, Registry: d.Registry, Recorder: d.Recorder, Log: log,
-		Verifier: newImageVerifier(d.Sigstore),
+		Verifier: newImageVerifier(d.Sigstore), NoCrossNamespaceRefs: d.NoCrossNamespaceRefs,
 	}
 	// A nil pointer in an interface would be non-nil; leave such fields unset instead.
 	if d.Sink != nil {

@@ -448,3 +448,64 @@ func TestPolicyFunctionIntegrationFluxEventsFromEnv(t *testing.T) {
 		t.Fatal("no Flux event reached REFLECTOR_EVENTS_ADDR")
 	}
 }
+
+// TestPolicyFunctionIntegrationNoCrossNamespaceRefsFromEnv: REFLECTOR_NO_CROSS_NAMESPACE_REFS=true
+// makes the function refuse a policy that refers to another namespace, even to a repository whose
+// accessFrom admits every namespace; a value that is not a boolean is refused at start.
+func TestPolicyFunctionIntegrationNoCrossNamespaceRefsFromEnv(t *testing.T) {
+	env := testenv.Kube(t)
+	t.Setenv("REFLECTOR_STORE_DIR", t.TempDir())
+	t.Setenv("KUBECONFIG", env.Kubeconfig)
+	t.Setenv("K_SINK", "")
+	t.Setenv("REFLECTOR_NO_CROSS_NAMESPACE_REFS", "yes please")
+	if _, err := policy.FromEnv(); err == nil || !strings.Contains(err.Error(), "REFLECTOR_NO_CROSS_NAMESPACE_REFS") {
+		t.Errorf("with a value that is not a boolean: %v", err)
+	}
+	t.Setenv("REFLECTOR_NO_CROSS_NAMESPACE_REFS", "true")
+	d, err := policy.FromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Log = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	h := policy.NewHandler(d)
+	defer h.Close()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	ctx := context.Background()
+	c := env.Client(t)
+	shared, tenant := env.Namespace(t), env.Namespace(t)
+	if _, err := c.Repositories.Create(ctx, &v1.ImageRepository{
+		ObjectMeta: metav1.ObjectMeta{Namespace: shared, Name: "app"},
+		Spec: v1.ImageRepositorySpec{Image: "ghcr.io/org/app", Interval: metav1.Duration{Duration: time.Hour},
+			AccessFrom: &v1.AccessFrom{NamespaceSelectors: []v1.NamespaceSelector{{}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Policies.Create(ctx, &v1.ImagePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: "app"},
+		Spec: v1.ImagePolicySpec{ImageRepositoryRef: v1.NamespacedObjectReference{Namespace: shared, Name: "app"},
+			Policy: v1.ImagePolicyChoice{SemVer: &v1.SemVerPolicy{Range: "^1"}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(srv.URL+"/evaluate?namespace="+tenant+"&name=app", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), reconcile.PolicyStalled) {
+		t.Errorf("POST /evaluate of a cross-namespace policy: %s %s", resp.Status, b)
+	}
+	p, err := c.Policies.Get(ctx, tenant, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "cannot access 'ImageRepository/" + shared + "/app', cross-namespace references have been blocked"
+	ready := apimeta.FindStatusCondition(p.Status.Conditions, v1.ReadyCondition)
+	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != v1.AccessDeniedReason || !strings.Contains(ready.Message, want) ||
+		!apimeta.IsStatusConditionTrue(p.Status.Conditions, v1.StalledCondition) {
+		t.Errorf("Ready %+v, Stalled %v; want False %s %q and Stalled", ready, apimeta.IsStatusConditionTrue(p.Status.Conditions, v1.StalledCondition), v1.AccessDeniedReason, want)
+	}
+}

@@ -145,8 +145,9 @@ func (r *Receiver) Shutdown(ctx context.Context) error {
 }
 
 // scanBeside scans the target t in the background while its annotation patch, whose result
-// rec receives, is on its way, within its timeout and in the trace of req. It reports false
-// when the Receiver is shutting down and the scan is left to the cron reconciler.
+// rec receives, is on its way, in the trace of req, within its timeout and the reserve that
+// records the outcome (reconcile.RecordReserve). It reports false when the Receiver is shutting
+// down and the scan is left to the cron reconciler.
 func (r *Receiver) scanBeside(req context.Context, t target, rec *reconcile.Recording) bool {
 	r.mu.Lock()
 	if r.closing {
@@ -157,7 +158,7 @@ func (r *Receiver) scanBeside(req context.Context, t target, rec *reconcile.Reco
 	r.mu.Unlock()
 	go func() {
 		defer r.inFlight.Done()
-		ctx, cancel := context.WithTimeout(trace.Copy(r.base, req), t.timeout)
+		ctx, cancel := context.WithTimeout(trace.Copy(r.base, req), t.timeout+reconcile.RecordReserve)
 		defer cancel()
 		if _, err := r.scanner.ScanBeside(ctx, t.namespace, t.name, t.hint(), rec); err != nil {
 			r.cfg.log.WarnContext(ctx, "background scan failed; the cron reconciler retries it",

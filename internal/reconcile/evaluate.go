@@ -118,6 +118,10 @@ type Evaluator struct {
 	// policy of a repository's own namespace is advanced by a delta of the identity its copy
 	// shows, without a consistent read of the repository (policyWorld.fromCopy).
 	Repositories CachedRepositories
+	// NoCrossNamespaceRefs refuses every ImagePolicy whose imageRepositoryRef names another
+	// namespace, whatever that repository's accessFrom says, as Flux's
+	// --no-cross-namespace-refs does: Ready=False and Stalled=True with reason AccessDenied.
+	NoCrossNamespaceRefs bool
 
 	mu   sync.Mutex
 	done map[string]policyInputs
@@ -225,8 +229,19 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	token, _ := kube.ReconcileRequest(pol.Annotations)
 
 	repoNS, repoName := pol.RepositoryNamespace(), pol.Spec.ImageRepositoryRef.Name
+	cross := repoNS != pol.Namespace
+	if cross && e.NoCrossNamespaceRefs {
+		// Refused before anything of the other namespace is read, as Flux does; only a spec
+		// change cures it.
+		return e.refuse(ctx, pol, token, true, "cross-namespace references are blocked", fmt.Errorf(
+			"failed to get the referred ImageRepository: cannot access '%s/%s/%s', cross-namespace references have been blocked",
+			v1.ImageRepositoryKind, repoNS, repoName))
+	}
 	repo, err := w.repositoryFor(ctx, pol, repoNS, repoName)
 	if apierrors.IsNotFound(err) {
+		if cross {
+			return e.refuse(ctx, pol, token, false, "the ImageRepository does not exist", crossNamespaceDenied(pol, repoNS, repoName))
+		}
 		return e.fail(ctx, pol, token, v1.DependencyNotReadyReason, false, fmt.Errorf(
 			"failed to get the referred ImageRepository: referenced %s %s/%s does not exist",
 			v1.ImageRepositoryKind, repoNS, repoName))
@@ -238,8 +253,7 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	if denied, err := w.accessDenied(ctx, pol, repo); err != nil {
 		return out, err
 	} else if denied != nil {
-		return e.fail(ctx, pol, token, v1.AccessDeniedReason, false, fmt.Errorf(
-			"failed to get the referred ImageRepository: access denied: %w", denied))
+		return e.refuse(ctx, pol, token, false, denied.Error(), crossNamespaceDenied(pol, repoNS, repoName))
 	}
 	// Only tags listed for the repository as it is now may be used: after a recreation or an
 	// edit whose scan has not succeeded yet, the stored ones belong to another image or list.
@@ -481,6 +495,41 @@ func (e *Evaluator) fail(ctx context.Context, pol *v1.ImagePolicy, token, reason
 	updated, err := e.status().fail(ctx, pol, token, reason, stalled, out.Message)
 	out.Latest = updated.Status.LatestRef
 	return out, err
+}
+
+// crossNamespaceDenied is the one answer to a policy whose ImageRepository in another namespace
+// does not exist or does not admit the policy's namespace: the policy's owner learns neither
+// which, nor whether the name exists there.
+func crossNamespaceDenied(pol *v1.ImagePolicy, repoNS, repoName string) error {
+	return fmt.Errorf("failed to get the referred ImageRepository: access denied: %s '%s/%s' does not exist or its accessFrom does not admit namespace '%s'",
+		v1.ImageRepositoryKind, repoNS, repoName, pol.Namespace)
+}
+
+// refuse records that pol may not use the ImageRepository of another namespace it refers to
+// (reason AccessDenied, Stalled when stalled), as fail does, unless its status already reports
+// exactly that for its generation and its reconcile request: then nothing is written and no
+// Event recorded. Evaluations that repeat a refusal follow the other namespace's repository (its
+// tags changing, its creation or deletion), so writing each of them would tell the policy's
+// namespace what happens there. why, which may name what the answer hides, goes only to the
+// function's log.
+func (e *Evaluator) refuse(ctx context.Context, pol *v1.ImagePolicy, token string, stalled bool, why string, cause error) (PolicyOutcome, error) {
+	logger(e.Log).InfoContext(ctx, "cross-namespace reference refused", "namespace", pol.Namespace, "name", pol.Name,
+		"repository", pol.RepositoryNamespace()+"/"+pol.Spec.ImageRepositoryRef.Name, "why", why)
+	message := failureMessage(cause)
+	st := &pol.Status
+	ready := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition)
+	if ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == v1.AccessDeniedReason &&
+		ready.Message == message && ready.ObservedGeneration == pol.Generation && st.ObservedGeneration == pol.Generation &&
+		apimeta.IsStatusConditionTrue(st.Conditions, v1.StalledCondition) == stalled &&
+		(token == "" || token == st.LastHandledReconcileAt) {
+		out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicyFailed,
+			Latest: st.LatestRef, Reason: v1.AccessDeniedReason, Message: message}
+		if stalled {
+			out.Result = PolicyStalled
+		}
+		return out, nil
+	}
+	return e.fail(ctx, pol, token, v1.AccessDeniedReason, stalled, cause)
 }
 
 // failNoTags reports a repository without stored tags for it as it is now; cause is the store's

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -154,7 +155,10 @@ func TestEvaluateIntegrationRules(t *testing.T) {
 
 // TestEvaluateIntegrationCrossNamespace checks accessFrom: a policy may use a repository of
 // another namespace only when one of the repository's namespace selectors matches the labels of
-// the policy's namespace, and the decision follows the labels as they change.
+// the policy's namespace, and the decision follows the labels as they change. Every refusal of a
+// cross-namespace reference, whether the repository has no accessFrom, one that does not match,
+// or does not exist, is one answer in the status and the Events, written once: its repetitions,
+// which the other namespace's repository causes, write nothing.
 func TestEvaluateIntegrationCrossNamespace(t *testing.T) {
 	f := newEvalFixture(t)
 	ctx := context.Background()
@@ -176,14 +180,21 @@ func TestEvaluateIntegrationCrossNamespace(t *testing.T) {
 	ref := func(name string) v1.ImagePolicySpec {
 		return v1.ImagePolicySpec{ImageRepositoryRef: v1.NamespacedObjectReference{Namespace: f.ns, Name: name}, Policy: semver("1.x")}
 	}
+	// The one answer, which names only what the policy itself names.
+	denied := func(repo string) string {
+		return fmt.Sprintf("failed to get the referred ImageRepository: access denied: ImageRepository '%s/%s' does not exist or its accessFrom does not admit namespace '%s'", f.ns, repo, red)
+	}
+	rec := kube.NewRecorder(f.kube, "reflector-policy")
+	f.ev.Recorder = rec
+	var refused []string
 	for _, tc := range []struct {
 		ns, repo string
 		allowed  bool
-		message  string
 	}{
 		{ns: blue, repo: "blue-only", allowed: true},
-		{ns: red, repo: "blue-only", message: "can't be accessed due to ACL labels mismatch on namespace '" + red + "'"},
-		{ns: red, repo: "closed", message: "can't be accessed due to missing ACL labels on 'accessFrom'"},
+		{ns: red, repo: "blue-only"},
+		{ns: red, repo: "closed"},
+		{ns: red, repo: "missing"},
 		{ns: red, repo: "open", allowed: true},
 	} {
 		f.policy(t, tc.ns, tc.repo, ref(tc.repo))
@@ -193,16 +204,53 @@ func TestEvaluateIntegrationCrossNamespace(t *testing.T) {
 			checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false)
 			continue
 		}
-		if out.Result != reconcile.PolicyFailed || out.Reason != v1.AccessDeniedReason {
+		refused = append(refused, tc.repo)
+		if out.Result != reconcile.PolicyFailed || out.Reason != v1.AccessDeniedReason || out.Message != denied(tc.repo) {
 			t.Errorf("%s/%s: outcome %+v", tc.ns, tc.repo, out)
 		}
-		checkReady(t, p, metav1.ConditionFalse, v1.AccessDeniedReason, tc.message, false)
+		checkReady(t, p, metav1.ConditionFalse, v1.AccessDeniedReason, denied(tc.repo), false)
+		if ready := apimeta.FindStatusCondition(p.Status.Conditions, v1.ReadyCondition); ready.Message != denied(tc.repo) {
+			t.Errorf("%s/%s: Ready message %q, want exactly %q", tc.ns, tc.repo, ready.Message, denied(tc.repo))
+		}
 		if p.Status.LatestRef != nil {
 			t.Errorf("%s/%s: denied access gave latestRef %s", tc.ns, tc.repo, p.Status.LatestRef)
 		}
 	}
+	rec.Shutdown()
+	checkRefusalEvents(t, f, red, refused, denied)
 
-	// Relabelling the namespace grants access on the next evaluation.
+	// The refusals again, as the other namespace's repositories cause them (their tags change,
+	// one is created) and by a restarted process: nothing is written and no Event recorded.
+	versions := map[string]string{}
+	for _, name := range refused {
+		versions[name] = f.get(t, red, name).ResourceVersion
+	}
+	rec = kube.NewRecorder(f.kube, "reflector-policy")
+	f.ev = f.evaluator(t)
+	f.ev.Recorder = rec
+	f.cached(t, red+"/blue-only", red+"/closed")
+	for _, repo := range []string{"blue-only", "closed"} {
+		f.put(t, f.ns, repo, "1.0.0", "1.1.0", "1.2.0")
+		if _, err := f.ev.EvaluateRepository(ctx, f.ns, repo); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.repo(t, f.ns, "missing", "ghcr.io/org/missing")
+	for _, name := range refused {
+		if out := f.evaluate(t, red, name); out.Reason != v1.AccessDeniedReason || out.Message != denied(name) {
+			t.Errorf("%s/%s evaluated again: %+v", red, name, out)
+		}
+	}
+	rec.Shutdown()
+	for _, name := range refused {
+		if got := f.get(t, red, name).ResourceVersion; got != versions[name] {
+			t.Errorf("%s/%s: the repeated refusal wrote the status (resourceVersion %s, was %s)", red, name, got, versions[name])
+		}
+	}
+	checkRefusalEvents(t, f, red, refused, denied)
+
+	// Relabelling the namespace grants access on the next evaluation, to the tags stored since.
+	f.ev.Recorder = f.rec
 	patch := []byte(`{"metadata":{"labels":{"team":"blue"}}}`)
 	if _, err := f.kube.Namespaces.Patch(ctx, "", red, types.MergePatchType, patch); err != nil {
 		t.Fatal(err)
@@ -210,7 +258,74 @@ func TestEvaluateIntegrationCrossNamespace(t *testing.T) {
 	if out := f.evaluate(t, red, "blue-only"); out.Result != reconcile.PolicySucceeded {
 		t.Errorf("after relabelling: %+v", out)
 	}
-	checkReady(t, f.get(t, red, "blue-only"), metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false)
+	checkReady(t, f.get(t, red, "blue-only"), metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.2.0", false)
+}
+
+// checkRefusalEvents checks that each ImagePolicy of ns named in policies has exactly one
+// Event, counted once, and that it is the Warning AccessDenied whose message want gives: one
+// answer, told once. The Events are read after their Recorder has shut down.
+func checkRefusalEvents(t *testing.T, f *evalFixture, ns string, policies []string, want func(string) string) {
+	t.Helper()
+	list, err := f.kube.Events.List(context.Background(), ns, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range policies {
+		var seen []string
+		count := int32(0)
+		for _, e := range list.Items {
+			if e.InvolvedObject.Kind != v1.ImagePolicyKind || e.InvolvedObject.Name != name {
+				continue
+			}
+			seen = append(seen, fmt.Sprintf("%s %s %q x%d", e.Type, e.Reason, e.Message, e.Count))
+			if e.Type == corev1.EventTypeWarning && e.Reason == v1.AccessDeniedReason && e.Message == want(name) {
+				count += max(e.Count, 1)
+			}
+		}
+		if len(seen) != 1 || count != 1 {
+			t.Errorf("ImagePolicy %s/%s: Events %q, want one Warning %s %q", ns, name, seen, v1.AccessDeniedReason, want(name))
+		}
+	}
+}
+
+// TestEvaluateIntegrationNoCrossNamespaceRefs: with Flux's --no-cross-namespace-refs
+// (Evaluator.NoCrossNamespaceRefs), a policy that refers to another namespace is refused with
+// Flux's reason and message and Stalled, whether the repository exists and admits it or does not
+// exist, in the status and the Events alike; a policy of the repository's own namespace is
+// evaluated as before.
+func TestEvaluateIntegrationNoCrossNamespaceRefs(t *testing.T) {
+	f := newEvalFixture(t)
+	other := f.env.Namespace(t)
+	f.repo(t, f.ns, "open", "ghcr.io/org/open", func(r *v1.ImageRepository) {
+		r.Spec.AccessFrom = &v1.AccessFrom{NamespaceSelectors: []v1.NamespaceSelector{{}}}
+	})
+	f.put(t, f.ns, "open", "1.0.0", "1.1.0")
+	rec := kube.NewRecorder(f.kube, "reflector-policy")
+	f.ev.Recorder = rec
+	f.ev.NoCrossNamespaceRefs = true
+
+	blocked := func(repo string) string {
+		return fmt.Sprintf("failed to get the referred ImageRepository: cannot access 'ImageRepository/%s/%s', cross-namespace references have been blocked", f.ns, repo)
+	}
+	for _, repo := range []string{"open", "missing"} {
+		f.policy(t, other, repo, v1.ImagePolicySpec{ImageRepositoryRef: v1.NamespacedObjectReference{Namespace: f.ns, Name: repo}, Policy: semver("1.x")})
+		out := f.evaluate(t, other, repo)
+		if out.Result != reconcile.PolicyStalled || out.Reason != v1.AccessDeniedReason || out.Message != blocked(repo) {
+			t.Errorf("%s/%s: outcome %+v", other, repo, out)
+		}
+		p := f.get(t, other, repo)
+		checkReady(t, p, metav1.ConditionFalse, v1.AccessDeniedReason, blocked(repo), true)
+		if p.Status.LatestRef != nil {
+			t.Errorf("%s/%s: a blocked reference gave latestRef %s", other, repo, p.Status.LatestRef)
+		}
+	}
+	f.policy(t, f.ns, "own", v1.ImagePolicySpec{ImageRepositoryRef: v1.NamespacedObjectReference{Namespace: f.ns, Name: "open"}, Policy: semver("1.x")})
+	if out := f.evaluate(t, f.ns, "own"); out.Result != reconcile.PolicySucceeded {
+		t.Errorf("a policy of the repository's own namespace, naming it: %+v", out)
+	}
+	f.ev.Recorder = f.rec
+	rec.Shutdown()
+	checkRefusalEvents(t, f, other, []string{"open", "missing"}, blocked)
 }
 
 // TestEvaluateIntegrationPolicyEdited follows a policy from its first resolution through an

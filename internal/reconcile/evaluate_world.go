@@ -215,7 +215,9 @@ func (w *policyWorld) entry(key string, id store.Identity) (store.Entry, error) 
 // accessDenied applies the repository's accessFrom to a policy in another namespace, as Flux
 // does: without accessFrom only its own namespace may refer to it; otherwise the labels of the
 // policy's namespace must match one of the selectors (an empty selector matches every
-// namespace). The first result describes a denial; the error is a failure to decide.
+// namespace). The first result describes a denial, in Flux's words, for the function's log: the
+// policy's status gives one answer for every denial (crossNamespaceDenied). The error is a
+// failure to decide.
 func (w *policyWorld) accessDenied(ctx context.Context, pol *v1.ImagePolicy, repo *v1.ImageRepository) (denied, err error) {
 	if repo.Namespace == pol.Namespace {
 		return nil, nil

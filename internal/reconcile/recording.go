@@ -67,8 +67,15 @@ func (r *Recording) finished() bool {
 	return r.over
 }
 
-// wait returns the patch's result, or ctx's error when it ends first.
+// wait returns the patch's result, or ctx's error when it ends first. A patch that has returned
+// is its result even when ctx has ended too: a scan whose registry work ran into its deadline
+// still records its outcome against the object its patch returned.
 func (r *Recording) wait(ctx context.Context) (*v1.ImageRepository, error) {
+	select {
+	case <-r.done:
+		return r.obj, r.err
+	default:
+	}
 	select {
 	case <-r.done:
 		return r.obj, r.err

@@ -87,6 +87,13 @@ const (
 	SkippedCoalesced = "coalesced into a running scan"
 )
 
+// RecordReserve is the time a scan keeps, past the ImageRepository's timeout that ends its
+// registry work (registry.Scan), to record its outcome: to learn that its request's patch has
+// returned and to write its status. A caller that bounds a scan with a deadline gives it the
+// timeout plus RecordReserve, so that a registry that runs into the timeout is reported at once
+// rather than by the next scan.
+const RecordReserve = 5 * time.Second
+
 // Scanner scans ImageRepositories into the tag store and their status: the work of the scan
 // function. One Scanner serves a whole process; it runs at most one scan per repository at a
 // time, and requests that arrive during a scan cause at most one more.

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/stack"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -274,4 +277,159 @@ func TestHostileRegistryIntegration(t *testing.T) {
 		}
 		waitLatest(t, s, "hostile-alphabetical", "v2.0.0")
 	})
+}
+
+// trickleRegistry is a registry on 127.0.0.1 that answers tags/list with a status and headers at
+// once and then a body of one byte a second, as a slow or hostile registry can: a scan that
+// waits for it is bounded only by its own deadline. Each answer stops by itself after
+// trickleBytes bytes, when the client goes away, or when the test ends. Other manifests are
+// unknown.
+type trickleRegistry struct {
+	srv  *httptest.Server
+	stop chan struct{}
+	// lists counts the tags/list requests, open those whose answer is still being written.
+	lists, open atomic.Int32
+}
+
+// trickleBytes bounds one trickled answer: a minute at one byte a second, longer than any
+// timeout the test gives a scan.
+const trickleBytes = 60
+
+func newTrickleRegistry(t *testing.T) *trickleRegistry {
+	t.Helper()
+	tr := &trickleRegistry{stop: make(chan struct{})}
+	tr.srv = httptest.NewServer(http.HandlerFunc(tr.serve))
+	// Cleanups run last-in first-out: the answers stop before the server waits for them.
+	t.Cleanup(tr.srv.Close)
+	t.Cleanup(func() { close(tr.stop) })
+	return tr
+}
+
+// host is the registry's host:port.
+func (tr *trickleRegistry) host() string { return strings.TrimPrefix(tr.srv.URL, "http://") }
+
+func (tr *trickleRegistry) serve(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path == "/v2/":
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, "{}")
+	case strings.HasSuffix(r.URL.Path, "/tags/list"):
+		tr.lists.Add(1)
+		tr.open.Add(1)
+		defer tr.open.Add(-1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		flusher := w.(http.Flusher)
+		flusher.Flush()
+		// A valid start, then white space that never ends the object.
+		body := `{"tags":["v1.0.0"` + strings.Repeat(" ", trickleBytes)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for i := range trickleBytes {
+			select {
+			case <-tick.C:
+			case <-r.Context().Done():
+				return
+			case <-tr.stop:
+				return
+			}
+			if _, err := io.WriteString(w, body[i:i+1]); err != nil {
+				return
+			}
+			flusher.Flush()
+		}
+	default:
+		http.Error(w, `{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}`, http.StatusNotFound)
+	}
+}
+
+// TestHostileTrickleIntegration points an ImageRepository of the real running stack, with
+// spec.timeout 5s, at a registry that sends its tag list one byte a second, and pushes to it:
+// the webhook is answered once the request is recorded, without waiting for the registry, and
+// the scan's outcome, a timeout that names the ImageRepository's timeout, is in the status
+// within the timeout and a few seconds of the webhook, after one listing request: no retry
+// multiplies the wait.
+func TestHostileTrickleIntegration(t *testing.T) {
+	const timeout = 5 * time.Second
+	// The bound a scan is held to: its timeout, and a few seconds to record its outcome.
+	const bound = timeout + 10*time.Second
+	ctx := context.Background()
+	s := start(t, stack.Options{CronEvery: time.Hour})
+	reg := newTrickleRegistry(t)
+	manifest := fmt.Sprintf(`apiVersion: image.toolkit.fluxcd.io/v1
+kind: ImageRepository
+metadata:
+  name: trickle
+spec:
+  image: %s/trickle/app
+  interval: 1h
+  timeout: %s
+  insecure: true
+`, reg.host(), timeout)
+	if _, err := s.Env.Apply(ctx, "default", []byte(manifest)); err != nil {
+		t.Fatal(err)
+	}
+	// The scan that follows the creation meets the trickle too; the push is sent once it has
+	// ended, so that the push's scan is not collected behind it.
+	testenv.Eventually(t, 90*time.Second, func() error {
+		r, err := s.Kube.Repositories.Get(ctx, "default", "trickle")
+		if err == nil && ready(r).Status != metav1.ConditionFalse {
+			err = fmt.Errorf("not failed yet: Ready %q; logs in %s", ready(r).Status, s.Log(stack.Scan))
+		}
+		return err
+	})
+	// Each push's scan may find its request's patch returned and its own deadline passed at
+	// once when it records its outcome: several pushes, so that an outcome that depends on which
+	// of the two it notices first shows.
+	for i := range 4 {
+		listsBefore := reg.lists.Load()
+		body := fmt.Sprintf(`{"events":[{"id":"trickle-push-%d","action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","repository":"trickle/app","tag":"v2.0.%d"},"request":{"host":%q}}]}`, i, i, reg.host())
+		sent := time.Now()
+		if code, answer := send(t, s.ScanURL+"/hook/distribution/default", strings.NewReader(body), map[string]string{"Authorization": "Bearer " + s.Token}); code != http.StatusAccepted {
+			t.Fatalf("push %d: webhook: %d %s", i, code, answer)
+		}
+		// The answer follows the commit point, and the commit point does not wait for the
+		// registry: the request is recorded while the scan is still on the registry.
+		repo, err := s.Kube.Repositories.Get(ctx, "default", "trickle")
+		if err != nil {
+			t.Fatal(err)
+		}
+		token := repo.Annotations[v1.ReconcileRequestAnnotation]
+		if !reconcile.RequestedByPush(repo) {
+			t.Fatalf("push %d: after the answer the request annotation is %q, not a push's request", i, token)
+		}
+		if repo.Status.LastHandledReconcileAt == token {
+			t.Fatalf("push %d: the webhook was answered after the scan had ended: the commit point waited for the registry", i)
+		}
+
+		var took time.Duration
+		testenv.EventuallyEvery(t, bound+30*time.Second, 50*time.Millisecond, func() error {
+			r, err := s.Kube.Repositories.Get(ctx, "default", "trickle")
+			if err != nil {
+				return err
+			}
+			if r.Status.LastHandledReconcileAt != token {
+				return fmt.Errorf("push %d: the scan's outcome is not in the status %s after the webhook: lastHandledReconcileAt %q, want %q; logs in %s",
+					i, time.Since(sent).Round(time.Second), r.Status.LastHandledReconcileAt, token, s.Log(stack.Scan))
+			}
+			took, repo = time.Since(sent), r
+			return nil
+		})
+		t.Logf("push %d: the status was written %s after the webhook", i, took.Round(time.Millisecond))
+		if took > bound {
+			t.Errorf("push %d: the status was written %s after the webhook, beyond the scan's timeout of %s and 10s to record it", i, took.Round(time.Millisecond), timeout)
+		}
+		cond := ready(repo)
+		if cond.Status != metav1.ConditionFalse || cond.Reason != v1.ReadOperationFailedReason ||
+			!strings.Contains(cond.Message, "timed out after "+timeout.String()+" (the ImageRepository's timeout)") {
+			t.Errorf("push %d: Ready %s %s %q, want False %s naming the timeout", i, cond.Status, cond.Reason, cond.Message, v1.ReadOperationFailedReason)
+		}
+		if n := reg.lists.Load() - listsBefore; n != 1 {
+			t.Errorf("push %d: the scan sent %d tags/list requests, want 1", i, n)
+		}
+	}
+	logs, _ := os.ReadFile(s.Log(stack.Scan))
+	if strings.Contains(string(logs), "recording the scan request") {
+		t.Errorf("the scan gave up waiting for its request's patch; logs in %s", s.Log(stack.Scan))
+	}
 }
