@@ -489,14 +489,8 @@ func TestPolicyFunctionIntegrationNoCrossNamespaceRefsFromEnv(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Post(srv.URL+"/evaluate?namespace="+tenant+"&name=app", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), reconcile.PolicyStalled) {
-		t.Errorf("POST /evaluate of a cross-namespace policy: %s %s", resp.Status, b)
+	if code, body := postEvent(t, srv.URL, events.TypePolicyRequested, events.ObjectRef{Namespace: tenant, Name: "app"}); code != http.StatusAccepted {
+		t.Errorf("a policy request for a cross-namespace policy: %d %s", code, body)
 	}
 	p, err := c.Policies.Get(ctx, tenant, "app")
 	if err != nil {
