@@ -38,7 +38,7 @@
 # kube 4783 s (kubelet 4171 s beside a kube-apiserver build, then kube-proxy 126 s,
 # kube-scheduler 50 s, kube-controller-manager 234 s, kubectl 145 s), coredns 2392 s,
 # traefik 5794 s (about 26 minutes of it stopped to leave the cores to kube), pause under 1 s;
-# the README ("A real node") has the details.
+# docs/development.md ("A real node") has the details.
 set -euo pipefail
 cd "$(dirname "$0")"
 

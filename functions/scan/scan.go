@@ -160,31 +160,15 @@ func FromEnv() (*Deps, error) {
 		// A mounted Secret often ends in a newline that the sender does not send.
 		opts = append(opts, receiver.WithClusterSecret([]byte(strings.TrimSpace(string(b)))))
 	}
-	if s := os.Getenv("REFLECTOR_WEBHOOK_RATE"); s != "" {
-		perSecond, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return nil, fmt.Errorf("REFLECTOR_WEBHOOK_RATE: %w", err)
-		}
-		burst := receiver.DefaultBurst
-		if b := os.Getenv("REFLECTOR_WEBHOOK_BURST"); b != "" {
-			if burst, err = strconv.Atoi(b); err != nil {
-				return nil, fmt.Errorf("REFLECTOR_WEBHOOK_BURST: %w", err)
-			}
-		}
-		opts = append(opts, receiver.WithRateLimit(rate.Limit(perSecond), burst))
+	if r, b, set, err := bucketFromEnv("REFLECTOR_WEBHOOK_RATE", "REFLECTOR_WEBHOOK_BURST", receiver.DefaultRate, receiver.DefaultBurst); err != nil {
+		return nil, err
+	} else if set {
+		opts = append(opts, receiver.WithRateLimit(r, b))
 	}
-	if s := os.Getenv("REFLECTOR_WEBHOOK_UNAUTHENTICATED_RATE"); s != "" {
-		perSecond, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return nil, fmt.Errorf("REFLECTOR_WEBHOOK_UNAUTHENTICATED_RATE: %w", err)
-		}
-		burst := receiver.DefaultUnauthenticatedBurst
-		if b := os.Getenv("REFLECTOR_WEBHOOK_UNAUTHENTICATED_BURST"); b != "" {
-			if burst, err = strconv.Atoi(b); err != nil {
-				return nil, fmt.Errorf("REFLECTOR_WEBHOOK_UNAUTHENTICATED_BURST: %w", err)
-			}
-		}
-		opts = append(opts, receiver.WithUnauthenticatedLimit(rate.Limit(perSecond), burst))
+	if r, b, set, err := bucketFromEnv("REFLECTOR_WEBHOOK_UNAUTHENTICATED_RATE", "REFLECTOR_WEBHOOK_UNAUTHENTICATED_BURST", receiver.DefaultUnauthenticatedRate, receiver.DefaultUnauthenticatedBurst); err != nil {
+		return nil, err
+	} else if set {
+		opts = append(opts, receiver.WithUnauthenticatedLimit(r, b))
 	}
 	cloud, err := cloudauth.FromEnv()
 	if err != nil {
@@ -214,6 +198,30 @@ func FromEnv() (*Deps, error) {
 		d.Repositories.Start(context.Background())
 	}
 	return d, nil
+}
+
+// bucketFromEnv reads a token bucket from the variables rateVar (per second) and burstVar: either
+// alone keeps the other's default, perSecond or burst. set is false when neither is set.
+func bucketFromEnv(rateVar, burstVar string, perSecond rate.Limit, burst int) (rate.Limit, int, bool, error) {
+	r, b := os.Getenv(rateVar), os.Getenv(burstVar)
+	if r == "" && b == "" {
+		return perSecond, burst, false, nil
+	}
+	if r != "" {
+		f, err := strconv.ParseFloat(r, 64)
+		if err != nil {
+			return 0, 0, false, fmt.Errorf("%s: %w", rateVar, err)
+		}
+		perSecond = rate.Limit(f)
+	}
+	if b != "" {
+		n, err := strconv.Atoi(b)
+		if err != nil {
+			return 0, 0, false, fmt.Errorf("%s: %w", burstVar, err)
+		}
+		burst = n
+	}
+	return perSecond, burst, true, nil
 }
 
 // Handler holds the scan function's two surfaces over one receiver.

@@ -29,19 +29,21 @@ func WithRateLimit(perSecond float64, burst int) Option {
 }
 
 // RateLimitFromEnv returns the WithRateLimit of REFLECTOR_REGISTRY_RATE (requests per second to
-// one registry host; 0: no limit) and REFLECTOR_REGISTRY_BURST (default DefaultBurst), or no
-// option when the rate is not set, which keeps DefaultRate.
+// one registry host; 0: no limit) and REFLECTOR_REGISTRY_BURST, either of which alone keeps the
+// other's default (DefaultRate, DefaultBurst), or no option when neither is set.
 func RateLimitFromEnv() ([]Option, error) {
-	s := os.Getenv("REFLECTOR_REGISTRY_RATE")
-	if s == "" {
+	s, b := os.Getenv("REFLECTOR_REGISTRY_RATE"), os.Getenv("REFLECTOR_REGISTRY_BURST")
+	if s == "" && b == "" {
 		return nil, nil
 	}
-	perSecond, err := strconv.ParseFloat(s, 64)
-	if err != nil {
-		return nil, fmt.Errorf("REFLECTOR_REGISTRY_RATE: %w", err)
+	perSecond, burst := float64(DefaultRate), DefaultBurst
+	var err error
+	if s != "" {
+		if perSecond, err = strconv.ParseFloat(s, 64); err != nil {
+			return nil, fmt.Errorf("REFLECTOR_REGISTRY_RATE: %w", err)
+		}
 	}
-	burst := DefaultBurst
-	if b := os.Getenv("REFLECTOR_REGISTRY_BURST"); b != "" {
+	if b != "" {
 		if burst, err = strconv.Atoi(b); err != nil {
 			return nil, fmt.Errorf("REFLECTOR_REGISTRY_BURST: %w", err)
 		}
