@@ -63,6 +63,7 @@ func TestKubernetesVersion(t *testing.T) {
 		{"v1.31.9-gke.100", false},
 		{"v1.30.0", false},
 		{"nonsense", false},
+		{"v0.0.0-master+$Format:%H$", false},
 	} {
 		t.Run(tc.git, func(t *testing.T) {
 			want(t, KubernetesVersion(&version.Info{GitVersion: tc.git}), tc.ok, nil, "1.32")
