@@ -9,7 +9,7 @@ BENCH ?= .
 BENCHOUT ?= bench.out
 TESTFLAGS ?=
 
-.PHONY: all generate check-generated build test unit images-test faults-test fuzz bench lint deps testenv knative-env flux-cli cosign-cli cluster-env cluster-test run clean
+.PHONY: all generate check-generated build test unit images-test faults-test fuzz bench lint deps testenv knative-env flux-cli cosign-cli cluster-env cluster-test run check clean
 
 all: build
 
@@ -114,6 +114,11 @@ bench: testenv knative-env
 ## run: start reflector locally on 127.0.0.1 (state in .reflector/).
 run: deps testenv knative-env
 	$(GO) run ./hack/run
+
+## check: check that the cluster of $$KUBECONFIG can run reflector (cmd/reflector, `reflector check`);
+## CHECKFLAGS=--pre before the install.
+check:
+	$(GO) run ./cmd/reflector check $(CHECKFLAGS)
 
 clean:
 	rm -rf .reflector bin

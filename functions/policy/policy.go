@@ -70,6 +70,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
@@ -107,10 +108,26 @@ func Open(log *slog.Logger) (*function.Function, error) {
 	}
 	d.Log = log
 	h := NewHandler(d)
+	// Once per process, beside its first requests rather than before them.
+	go checkPolicySchema(d)
 	return &function.Function{
 		Handlers: map[string]http.Handler{Target: h},
 		Close:    func(context.Context) error { return h.Close() },
 	}, nil
+}
+
+// checkPolicySchema says, in the log, a metric and an Event, when the served ImagePolicy CRD
+// lacks spec.verify (reconcile.CheckPolicySchema).
+func checkPolicySchema(d *Deps) {
+	log := d.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := reconcile.CheckPolicySchema(ctx, d.Kube, d.Recorder, log); err != nil {
+		log.Warn("cannot tell whether the ImagePolicy CRD serves spec.verify", "error", redact.String(err.Error()))
+	}
 }
 
 // Deps are what the policy function works with.

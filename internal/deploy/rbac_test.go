@@ -230,6 +230,10 @@ func TestRBACIntegration(t *testing.T) {
 	deleteCRD := func(id identity) error {
 		return id.dynamic.Resource(crdGVR).Delete(ctx, "imagerepositories.image.toolkit.fluxcd.io", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 	}
+	getCRD := func(id identity, name string) error {
+		_, err := id.dynamic.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+		return err
+	}
 	getServiceAccount := func(id identity) error {
 		_, err := id.clientset.CoreV1().ServiceAccounts(fx.ns).Get(ctx, "puller", metav1.GetOptions{})
 		return err
@@ -249,6 +253,7 @@ func TestRBACIntegration(t *testing.T) {
 	never := []check{
 		{"create a Secret", false, writeSecret},
 		{"delete a CRD", false, deleteCRD},
+		{"get the ImageRepository CRD", false, func(id identity) error { return getCRD(id, "imagerepositories.image.toolkit.fluxcd.io") }},
 		{"create an ImageRepository", false, func(id identity) error {
 			obj := &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "image.toolkit.fluxcd.io/v1", "kind": "ImageRepository",
@@ -348,6 +353,7 @@ func TestRBACIntegration(t *testing.T) {
 			{"get the repository's ServiceAccount", true, getServiceAccount},
 			{"create an Event", true, event},
 			{"review a token", true, review},
+			{"get the ImagePolicy CRD", true, func(id identity) error { return getCRD(id, "imagepolicies.image.toolkit.fluxcd.io") }},
 			{"list the webhook Secrets", false, listWebhookSecrets},
 			{"annotate an ImageRepository", false, func(id identity) error { return merge(id, repositories, fx.repo, annotate) }},
 			{"patch ImageRepository status", false, func(id identity) error { return merge(id, repositories, fx.repo, repoStatus, "status") }},

@@ -96,6 +96,12 @@ var (
 		Help: "What the last cron pass counted: repositories, policies, due, dispatched, failed, store_deleted.",
 	}, []string{"count"})
 
+	// No labels: a vector, so that nothing is exported until the function has read the CRD.
+	policyVerifySupported = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "reflector_imagepolicy_crd_verify_supported",
+		Help: "1 when the served ImagePolicy CRD declares spec.verify (reflector's), 0 when it does not (Flux's: the apiserver drops every policy's signature requirement).",
+	}, nil)
+
 	cronDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "reflector_cron_pass_duration_seconds",
 		Help:    "Duration of cron reconciler passes.",
@@ -109,6 +115,7 @@ func init() {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		reconcileDuration, webhookRequests, registryRequests, retryAfterWaits, retryAfterSeconds, registryLimiters,
 		storeLockWait, storeDamage, storeFull, repositoryTags, eventsSent, fluxEvents, cronPasses, cronObjects, cronDuration,
+		policyVerifySupported,
 	)
 }
 
@@ -283,4 +290,13 @@ func RecordStoreDamage(action string) {
 // RecordStoreFull counts a tag store write, or writer's open, refused for lack of room.
 func RecordStoreFull() {
 	storeFull.Inc()
+}
+
+// SetPolicyVerifySupported records whether the served ImagePolicy CRD declares spec.verify.
+func SetPolicyVerifySupported(supported bool) {
+	v := 0.0
+	if supported {
+		v = 1
+	}
+	policyVerifySupported.WithLabelValues().Set(v)
 }

@@ -1,0 +1,76 @@
+package preflight
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/imagereflector/reflector/internal/redact"
+)
+
+// Prober asks url and returns an error unless it answered 200.
+type Prober func(ctx context.Context, url string) error
+
+// HTTPProber returns a Prober that GETs through client, bounded by timeout.
+func HTTPProber(client *http.Client, timeout time.Duration) Prober {
+	return func(ctx context.Context, u string) error {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("answered %s", resp.Status)
+		}
+		return nil
+	}
+}
+
+// tlsFix makes Knative give Routes https URLs with certificates of cert-manager's.
+const tlsFix = "# a domain of yours, and certificates from cert-manager (installed, with a ClusterIssuer):\n" +
+	`kubectl patch configmap config-domain -n knative-serving --type merge -p '{"data":{"<your domain>":""}}'` + "\n" +
+	`kubectl patch configmap config-certmanager -n knative-serving --type merge -p '{"data":{"issuerRef":"kind: ClusterIssuer\nname: <issuer>"}}'` + "\n" +
+	`kubectl patch configmap config-network -n knative-serving --type merge -p '{"data":{"external-domain-tls":"Enabled"}}'`
+
+// WebhookRoute checks that the public webhook route, the Knative Service reflector-webhook, has
+// an https URL (registries such as EventBridge API destinations and Pub/Sub push call only
+// https), and with probe that its /healthz answers there.
+func WebhookRoute(ctx context.Context, ksvc *unstructured.Unstructured, probe Prober) Result {
+	const name = "Webhook route"
+	if ksvc == nil {
+		return fail(name, "reflector-system/reflector-webhook does not exist: reflector is not installed", "kubectl apply -k knative/")
+	}
+	raw, _, _ := unstructured.NestedString(ksvc.Object, "status", "url")
+	if raw == "" {
+		return fail(name, "reflector-webhook has no URL yet", "kubectl -n reflector-system describe ksvc reflector-webhook")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fail(name, "reflector-webhook's URL cannot be parsed", "kubectl -n reflector-system describe ksvc reflector-webhook")
+	}
+	shown := u.Redacted()
+	if u.Scheme != "https" {
+		return fail(name, shown+" is not https: registries that call only https endpoints cannot reach it", tlsFix)
+	}
+	if probe == nil {
+		return pass(name, shown)
+	}
+	if err := probe(ctx, u.JoinPath("healthz").String()); err != nil {
+		return fail(name, fmt.Sprintf("%s/healthz: %v", shown, redact.String(err.Error())),
+			"kubectl -n reflector-system get ksvc reflector-webhook   # READY True?\n"+
+				"curl -v "+u.JoinPath("healthz").Redacted()+"   # from outside the cluster: DNS, the load balancer, the certificate")
+	}
+	return pass(name, shown+" answers over TLS")
+}
