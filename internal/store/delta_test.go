@@ -601,7 +601,7 @@ func FuzzDeltas(f *testing.F) {
 	f.Add([]byte{0, 2, 1, 2, 2, 3, 4, 4, 5, 2, 1, 9, 0, 1, 2, 5})
 	f.Add([]byte{0, 1, 3, 2, 2, 2, 7, 8, 9, 3, 1, 1, 0, 3, 6, 2, 4, 5, 0, 0})
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		if len(ops) > 4096 {
+		if len(ops) > 512 {
 			return
 		}
 		dir := t.TempDir()
