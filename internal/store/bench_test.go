@@ -262,3 +262,32 @@ func BenchmarkAddTo(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGetWithDeltas is a full read of a list of 100,000 tags as a listing left it and with
+// the 1,000 one-tag deltas of pushes since, fewer than a compaction waits for at that size: what
+// merging deltas adds to a reader.
+func BenchmarkGetWithDeltas(b *testing.B) {
+	ctx := context.Background()
+	for _, deltas := range []int{0, 1000} {
+		b.Run(fmt.Sprintf("deltas=%d", deltas), func(b *testing.B) {
+			s := New(b.TempDir(), WithLinger(time.Hour))
+			defer s.Close()
+			held, _, err := s.Put(ctx, "ns/app", testID, manyTags(100_000, "v"), time.Now())
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range deltas {
+				a, err := s.AddTo(ctx, "ns/app", held, []string{"sha-" + strconv.Itoa(1_000_000+i)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				held = a.Entry
+			}
+			for b.Loop() {
+				if _, err := s.Get(ctx, "ns/app", testID); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
