@@ -25,8 +25,8 @@ import (
 
 // plantEarlierEntry writes the entry of key into the store directory as a version that kept
 // tags outside the grammar wrote it, by the layout docs/store.md gives: the listed tags byte
-// for byte under tags/<key>, their revision and the entry's identity under meta/<key>. It
-// returns the revision.
+// for byte under tags/<key>, their revision and the entry's identity under meta/<key>, without
+// the deltas a push writes today. It returns the revision.
 func plantEarlierEntry(t *testing.T, dir, key string, tags []string) string {
 	t.Helper()
 	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil).WithValueLogFileSize(16 << 20))
@@ -47,10 +47,21 @@ func plantEarlierEntry(t *testing.T, dir, key string, tags []string) string {
 		if err := item.Value(func(b []byte) error { return json.Unmarshal(b, &meta) }); err != nil {
 			return err
 		}
-		meta["revision"] = rev
-		b, _ := json.Marshal(meta)
+		// That version's header held these fields only, and it wrote no deltas.
+		b, _ := json.Marshal(map[string]any{"revision": rev, "scanTime": meta["scanTime"], "identity": meta["identity"]})
 		if err := txn.Set([]byte("meta/"+key), b); err != nil {
 			return err
+		}
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte("delta/" + key + "/")})
+		var deltas [][]byte
+		for it.Rewind(); it.Valid(); it.Next() {
+			deltas = append(deltas, it.Item().KeyCopy(nil))
+		}
+		it.Close()
+		for _, k := range deltas {
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
 		}
 		return txn.Set([]byte("tags/"+key), value)
 	})

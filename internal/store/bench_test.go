@@ -219,3 +219,75 @@ func BenchmarkPushStep10k(b *testing.B) {
 	b.ReportMetric(float64(adds[len(adds)*99/100].Microseconds())/1000, "add-p99-ms")
 	b.ReportMetric(float64(adds[len(adds)-1].Microseconds())/1000, "add-max-ms")
 }
+
+// BenchmarkAddTo is the store's part of a push: one new tag added to a list of 100, 10,000 and
+// 100,000 tags by a caller that holds the entry, as the scan of a push does. push-B is what the
+// push's transaction writes (keys and values), compact-B the bytes of the compactions the
+// pushes made due, per push; ns/op includes the background compactions' share only as far as
+// they compete for the CPU.
+func BenchmarkAddTo(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{100, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("tags=%d", n), func(b *testing.B) {
+			s := New(b.TempDir(), WithLinger(time.Hour))
+			defer s.Close()
+			held, _, err := s.Put(ctx, "ns/app", testID, manyTags(n, "v"), time.Now())
+			if err != nil {
+				b.Fatal(err)
+			}
+			written, compacted := s.written.Load(), s.compacted.Load()
+			i := 0
+			for b.Loop() {
+				i++
+				a, err := s.AddTo(ctx, "ns/app", held, []string{"sha-" + strconv.Itoa(1_000_000+i)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				held = a.Entry
+			}
+			b.StopTimer()
+			for {
+				s.mu.Lock()
+				busy := len(s.compacting) > 0
+				s.mu.Unlock()
+				if !busy {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			compacted = s.compacted.Load() - compacted
+			written = s.written.Load() - written - compacted
+			b.ReportMetric(float64(written)/float64(i), "push-B/op")
+			b.ReportMetric(float64(compacted)/float64(i), "compact-B/op")
+		})
+	}
+}
+
+// BenchmarkGetWithDeltas is a full read of a list of 100,000 tags as a listing left it and with
+// the 1,000 one-tag deltas of pushes since, fewer than a compaction waits for at that size: what
+// merging deltas adds to a reader.
+func BenchmarkGetWithDeltas(b *testing.B) {
+	ctx := context.Background()
+	for _, deltas := range []int{0, 1000} {
+		b.Run(fmt.Sprintf("deltas=%d", deltas), func(b *testing.B) {
+			s := New(b.TempDir(), WithLinger(time.Hour))
+			defer s.Close()
+			held, _, err := s.Put(ctx, "ns/app", testID, manyTags(100_000, "v"), time.Now())
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range deltas {
+				a, err := s.AddTo(ctx, "ns/app", held, []string{"sha-" + strconv.Itoa(1_000_000+i)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				held = a.Entry
+			}
+			for b.Loop() {
+				if _, err := s.Get(ctx, "ns/app", testID); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -13,15 +13,22 @@ import (
 )
 
 // seedDamageStore writes n entries of 500 tags each with a writer that
-// closes, and returns the directory.
+// closes, and returns the directory. Each entry is a listing of 498 tags and
+// two pushes, so that the damage meets deltas too.
 func seedDamageStore(t testing.TB, n int) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "tags")
 	s := New(dir)
 	ctx := testCtx(t)
 	for i := range n {
-		if _, _, err := s.Put(ctx, fmt.Sprintf("ns/r%d", i), testID, manyTags(500, fmt.Sprintf("v%d.", i)), time.Now()); err != nil {
+		key, tags := fmt.Sprintf("ns/r%d", i), manyTags(500, fmt.Sprintf("v%d.", i))
+		if _, _, err := s.Put(ctx, key, testID, tags[:498], time.Now()); err != nil {
 			t.Fatal(err)
+		}
+		for _, tag := range tags[498:] {
+			if _, _, err := s.AddTags(ctx, key, testID, []string{tag}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if err := s.Close(); err != nil {

@@ -27,10 +27,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		if err := s.room(0); err != nil {
 			return err
 		}
-		if err := txn.Delete(metaKey(key)); err != nil {
-			return err
-		}
-		return txn.Delete(tagsKey(key))
+		return deleteEntry(txn, key)
 	})
 	return existed && err == nil, err
 }
@@ -61,11 +58,19 @@ func (s *Store) DeleteFor(ctx context.Context, key, uid string) (bool, error) {
 		if err := s.room(0); err != nil {
 			return err
 		}
-		if err := txn.Delete(metaKey(key)); err != nil {
-			return err
-		}
 		deleted = true
-		return txn.Delete(tagsKey(key))
+		return deleteEntry(txn, key)
 	})
 	return deleted, err
+}
+
+// deleteEntry deletes the header, the base list and the deltas of key.
+func deleteEntry(txn *badger.Txn, key string) error {
+	if err := txn.Delete(metaKey(key)); err != nil {
+		return err
+	}
+	if err := txn.Delete(tagsKey(key)); err != nil {
+		return err
+	}
+	return deleteDeltas(txn, key)
 }

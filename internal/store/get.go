@@ -101,20 +101,8 @@ func readEntry(txn *badger.Txn, key string, id Identity) (Entry, error) {
 	return readTags(txn, key, m)
 }
 
-// readEntryFrom is readEntry for base's identity, which returns base, scan time and all, when the
-// stored metadata still records base's revision: the tags of a revision are a function of it.
-func readEntryFrom(txn *badger.Txn, key string, base Entry) (Entry, error) {
-	m, err := readMetaOf(txn, key, base.Identity)
-	if err != nil {
-		return Entry{}, err
-	}
-	if base.Revision != "" && m.Revision == base.Revision {
-		return Entry{Tags: base.Tags, Revision: m.Revision, ScanTime: m.ScanTime, Identity: m.Identity}, nil
-	}
-	return readTags(txn, key, m)
-}
-
-// readTags reads the tags of the entry of key whose metadata is m.
+// readTags reads the tags of the entry of key whose header is m: its base list merged with its
+// deltas, each checked against the hashes the header records.
 func readTags(txn *badger.Txn, key string, m meta) (Entry, error) {
 	item, err := txn.Get(tagsKey(key))
 	if errors.Is(err, badger.ErrKeyNotFound) {
@@ -125,14 +113,26 @@ func readTags(txn *badger.Txn, key string, m meta) (Entry, error) {
 	}
 	var tags []string
 	err = item.Value(func(b []byte) error {
-		tags, err = decodeTags(b, m.Revision)
+		tags, err = decodeTags(b, m.baseHash())
 		if err != nil {
 			return fmt.Errorf("%w: tags: %v", ErrCorrupt, err)
 		}
 		return nil
 	})
-	// The revision stays the stored list's, which the returned one is a function of.
-	return Entry{Tags: keepValid(tags), Revision: m.Revision, ScanTime: m.ScanTime, Identity: m.Identity}, readError(err)
+	if err != nil {
+		return Entry{}, readError(err)
+	}
+	// An entry written before the store left tags outside the grammar out keeps its revision,
+	// which the returned list is a function of.
+	tags = keepValid(tags)
+	if m.Deltas > 0 {
+		added, err := readDeltas(txn, key, m)
+		if err != nil {
+			return Entry{}, err
+		}
+		tags = union(tags, normalize(added))
+	}
+	return Entry{Tags: tags, Revision: m.Revision, ScanTime: m.ScanTime, Identity: m.Identity}, nil
 }
 
 // readError reports a value that Badger could not read (a checksum that does

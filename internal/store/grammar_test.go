@@ -87,8 +87,8 @@ func TestTagsOutsideTheGrammar(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := append([]string{"1.0.0", "1.1.0", "2.0.0"}, valid[2:]...)
-	if !slices.Equal(a.Entry.Tags, want) || !slices.Equal(a.Tags, []string{"2.0.0"}) || a.Entry.Revision != RevisionOf(want) {
-		t.Errorf("Add to an old entry = %q adding %q, %s; want %q adding [2.0.0], %s", a.Entry.Tags, a.Tags, a.Entry.Revision, want, RevisionOf(want))
+	if !slices.Equal(a.Entry.Tags, want) || !slices.Equal(a.Tags, []string{"2.0.0"}) || a.Entry.Revision != RevisionAfter(rev, a.Tags) {
+		t.Errorf("Add to an old entry = %q adding %q, %s; want %q adding [2.0.0], %s", a.Entry.Tags, a.Tags, a.Entry.Revision, want, RevisionAfter(rev, a.Tags))
 	}
 
 	e, _, err = s.Put(ctx, "ns/new", testID, append(slices.Clone(invalid), "v1"), time.Now())

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -204,6 +205,29 @@ func checkGen(e Entry, n func(g int) int) (int, error) {
 		return g, fmt.Errorf("generation %d: revision %s does not match its tags", g, e.Revision)
 	}
 	return g, nil
+}
+
+// revisions records the list each revision read named: a revision names one
+// list, however often and by whom it is read. After additions a revision is
+// no longer RevisionOf its list (RevisionAfter), so this is what a reader can
+// check of an entry that AddTags wrote.
+type revisions struct {
+	mu    sync.Mutex
+	lists map[string][]string
+}
+
+// check records e and fails when its revision named another list before.
+func (r *revisions) check(e Entry) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lists == nil {
+		r.lists = map[string][]string{}
+	}
+	if prev, ok := r.lists[e.Revision]; ok && !slices.Equal(prev, e.Tags) {
+		return fmt.Errorf("revision %s named %d tags and now %d", e.Revision, len(prev), len(e.Tags))
+	}
+	r.lists[e.Revision] = slices.Clone(e.Tags)
+	return nil
 }
 
 // smallGen is the size of generation g of the list the writers test.

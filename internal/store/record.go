@@ -51,21 +51,64 @@ func (id Identity) matches(want Identity) bool {
 }
 
 // Key prefixes. Keeping the small metadata apart from the tags lets
-// Revision and Keys answer without reading a list of 100k tags.
+// Revision and Keys answer, and a push check the identity and add a delta,
+// without reading a list of 100k tags.
 const (
-	metaPrefix = "meta/"
-	tagsPrefix = "tags/"
+	metaPrefix  = "meta/"
+	tagsPrefix  = "tags/"
+	deltaPrefix = "delta/"
 )
 
-// meta is the stored value under metaPrefix.
+// meta is the stored value under metaPrefix, the entry's header. The fields
+// after Identity came with deltas; an entry written before has none of them,
+// which reads as a base of its revision without deltas, its exact state.
 type meta struct {
 	Revision string    `json:"revision"`
 	ScanTime time.Time `json:"scanTime"`
 	Identity Identity  `json:"identity"`
+	// Base is the revision of the list under tagsPrefix, from which the
+	// deltas chain to Revision (RevisionAfter); empty when it is Revision.
+	Base string `json:"base,omitempty"`
+	// BaseHash is the hash of the value under tagsPrefix (revisionOfValue)
+	// when it is not Base: a compaction, or a Put of the list an entry
+	// already holds, writes the list again without moving the revision.
+	BaseHash string `json:"baseHash,omitempty"`
+	// BaseBytes is the size of the value under tagsPrefix; 0 when unknown.
+	BaseBytes int `json:"baseBytes,omitempty"`
+	// Deltas counts the delta records, numbered from 1, and DeltaBytes
+	// their values' bytes.
+	Deltas     int `json:"deltas,omitempty"`
+	DeltaBytes int `json:"deltaBytes,omitempty"`
+}
+
+// base is the revision the deltas start from.
+func (m meta) base() string {
+	if m.Base == "" {
+		return m.Revision
+	}
+	return m.Base
+}
+
+// baseHash is what the value under tagsPrefix hashes to.
+func (m meta) baseHash() string {
+	if m.BaseHash == "" {
+		return m.base()
+	}
+	return m.BaseHash
 }
 
 func metaKey(key string) []byte { return []byte(metaPrefix + key) }
 func tagsKey(key string) []byte { return []byte(tagsPrefix + key) }
+
+// deltasKey prefixes the delta records of key; a key's name holds no slash,
+// so no other key's records share it.
+func deltasKey(key string) []byte { return []byte(deltaPrefix + key + "/") }
+
+// deltaKey is the key of delta record n of key: fixed width, so that the
+// records of a key sort in their order.
+func deltaKey(key string, n int) []byte {
+	return fmt.Appendf(deltasKey(key), "%08d", n)
+}
 
 // checkKey accepts the identity of a namespaced Kubernetes object.
 func checkKey(key string) error {
@@ -85,17 +128,30 @@ func decodeMeta(b []byte) (meta, error) {
 }
 
 func encodeMeta(m meta) []byte {
-	// Marshalling strings and a time cannot fail.
+	// The defaults are left out, so that an entry without deltas is written
+	// as the format before them wrote it.
+	if m.Base == m.Revision {
+		m.Base = ""
+	}
+	if m.BaseHash == m.base() {
+		m.BaseHash = ""
+	}
+	// Marshalling strings, numbers and a time cannot fail.
 	b, _ := json.Marshal(m)
 	return b
 }
 
-// decodeTags checks a stored tags value against its revision before
-// decoding it, so that a damaged value is reported rather than used.
-func decodeTags(b []byte, revision string) ([]string, error) {
-	if got := revisionOfValue(b); got != revision {
-		return nil, fmt.Errorf("tags hash to %s, metadata says %s", got, revision)
+// decodeTags checks a stored tags value against its hash before decoding
+// it, so that a damaged value is reported rather than used.
+func decodeTags(b []byte, hash string) ([]string, error) {
+	if got := revisionOfValue(b); got != hash {
+		return nil, fmt.Errorf("tags hash to %s, metadata says %s", got, hash)
 	}
+	return parseTags(b)
+}
+
+// parseTags decodes a stored list.
+func parseTags(b []byte) ([]string, error) {
 	if tags, ok := splitTags(b); ok {
 		return tags, nil
 	}

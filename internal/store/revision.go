@@ -20,6 +20,36 @@ func RevisionOf(tags []string) string {
 	return rev
 }
 
+// RevisionAfter returns the revision of a list of revision from once the
+// tags added are added to it, as a push's delta does: "sha256:" and the hex
+// SHA-256 of from, a newline and the compact JSON array of the added tags,
+// sorted, de-duplicated and in the grammar. added must hold only tags the
+// list of from lacks, as Addition.Tags does; without any, the revision stays
+// from. A reader that holds the list of from and the added tags thus holds
+// the new revision too, without the whole list.
+//
+// A revision is a function of the list it names, but after additions no
+// longer RevisionOf that list: it names the way there too. Revisions are
+// only ever compared for equality; a Put of the list an entry holds keeps
+// its revision.
+func RevisionAfter(from string, added []string) string {
+	sorted := normalize(added)
+	if len(sorted) == 0 {
+		return from
+	}
+	value, _ := encodeTags(sorted)
+	return chainValue(from, value)
+}
+
+// chainValue is RevisionAfter for a stored delta value.
+func chainValue(from string, value []byte) string {
+	h := sha256.New()
+	h.Write([]byte(from))
+	h.Write([]byte{'\n'})
+	h.Write(value)
+	return revisionPrefix + hex.EncodeToString(h.Sum(nil))
+}
+
 // normalize returns a sorted copy of the valid tags of tags (keepValid)
 // without duplicates; never nil, so that an empty list encodes as [] rather
 // than null.

@@ -75,6 +75,7 @@ func readerRole(dir string) int {
 	defer s.Close()
 	var waits []time.Duration
 	lastGen, lastAdded, reads := 0, 0, 0
+	var revs revisions
 	for !stopped(stop) {
 		ctx, cancel := opCtx()
 		start := time.Now()
@@ -99,8 +100,8 @@ func readerRole(dir string) int {
 			return fail("reader: generation went back from %d to %d", lastGen, g)
 		}
 		lastGen = g
-		if a.Revision != RevisionOf(a.Tags) {
-			return fail("reader: ns/add revision does not match its tags")
+		if err := revs.check(a); err != nil {
+			return fail("reader: ns/add: %v", err)
 		}
 		if len(a.Tags) < lastAdded {
 			return fail("reader: ns/add lost tags: %d after %d", len(a.Tags), lastAdded)

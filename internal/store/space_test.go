@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,8 +76,17 @@ func TestFullVolume(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// ns/r0 holds deltas too: pushes since its listing.
+	for i := range 3 {
+		if _, _, err := w.AddTags(ctx, "ns/r0", testID, []string{fmt.Sprintf("pushed-%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	filler := fill(t, dir, 2<<20)
+	if _, _, err := w.AddTags(ctx, "ns/r0", testID, []string{"pushed-full"}); !errors.Is(err, ErrFull) {
+		t.Fatalf("AddTags on a full volume = %v, want ErrFull", err)
+	}
 	_, _, err := w.Put(ctx, "ns/r0", testID, manyTags(1001, "v"), time.Now())
 	if !errors.Is(err, ErrFull) || !strings.Contains(err.Error(), "tag store is full") || !strings.Contains(err.Error(), "MiB free") {
 		t.Fatalf("Put on a full volume = %v, want ErrFull saying how much is free", err)
@@ -84,8 +94,8 @@ func TestFullVolume(t *testing.T) {
 	if _, err := w.Keys(ctx); !errors.Is(err, ErrFull) {
 		t.Fatalf("a writer's open on a full volume = %v, want ErrFull", err)
 	}
-	if e, err := r.Get(ctx, "ns/r0", testID); err != nil || len(e.Tags) != 1000 {
-		t.Fatalf("a reader on a full volume: %d tags, %v; want the stored 1000", len(e.Tags), err)
+	if e, err := r.Get(ctx, "ns/r0", testID); err != nil || len(e.Tags) != 1003 {
+		t.Fatalf("a reader on a full volume: %d tags, %v; want the stored 1003", len(e.Tags), err)
 	}
 
 	// Room for a session, not for a list of several MiB.
@@ -113,6 +123,12 @@ func TestFullVolume(t *testing.T) {
 	}
 	if e, err := r.Get(ctx, "ns/big", testID); err != nil || len(e.Tags) != len(big) {
 		t.Fatalf("Get once room returned: %d tags, %v", len(e.Tags), err)
+	}
+	if _, _, err := w.AddTags(ctx, "ns/r0", testID, []string{"pushed-full"}); err != nil {
+		t.Fatalf("AddTags once room returned = %v", err)
+	}
+	if e, err := r.Get(ctx, "ns/r0", testID); err != nil || len(e.Tags) != 1004 || !slices.Contains(e.Tags, "pushed-full") {
+		t.Fatalf("Get of the deltas once room returned: %d tags, %v", len(e.Tags), err)
 	}
 }
 

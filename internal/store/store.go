@@ -3,6 +3,7 @@ package store
 import (
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -46,6 +47,12 @@ type Store struct {
 	opens int
 	// proofKey is the directory's key, once read (ProofKey).
 	proofKey []byte
+	// compacting holds the keys whose deltas are being compacted (compactSoon).
+	compacting map[string]bool
+
+	// written counts the bytes of keys and values that committed writes set,
+	// compacted those of compactions, for BenchmarkAddTo.
+	written, compacted atomic.Int64
 }
 
 // state is where the Store is in the life of one open database.

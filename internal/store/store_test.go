@@ -189,7 +189,8 @@ func TestAddTags(t *testing.T) {
 	ctx := testCtx(t)
 	s := newTestStore(t)
 	scan := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	if _, _, err := s.Put(ctx, "ns/app", testID, []string{"v1", "v3"}, scan); err != nil {
+	put, _, err := s.Put(ctx, "ns/app", testID, []string{"v1", "v3"}, scan)
+	if err != nil {
 		t.Fatal(err)
 	}
 	e, changed, err := s.AddTags(ctx, "ns/app", testID, []string{"v2", "v3", "v2"})
@@ -197,11 +198,12 @@ func TestAddTags(t *testing.T) {
 		t.Fatalf("AddTags: changed %v, %v", changed, err)
 	}
 	want := []string{"v1", "v2", "v3"}
-	if !slices.Equal(e.Tags, want) || e.Revision != RevisionOf(want) || !e.ScanTime.Equal(scan) {
+	rev := RevisionAfter(put.Revision, []string{"v2"})
+	if !slices.Equal(e.Tags, want) || e.Revision != rev || !e.ScanTime.Equal(scan) {
 		t.Fatalf("AddTags returned %+v", e)
 	}
 	e, changed, err = s.AddTags(ctx, "ns/app", testID, []string{"v1"})
-	if err != nil || changed || e.Revision != RevisionOf(want) {
+	if err != nil || changed || e.Revision != rev {
 		t.Fatalf("AddTags of a known tag: %+v, changed %v, %v", e, changed, err)
 	}
 	got, err := s.Get(ctx, "ns/app", testID)
@@ -300,20 +302,22 @@ func TestAddTo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A base that claims the stored revision is believed: its list is the one added to.
+	// A base that claims the stored revision is believed: its list is the one added to, and
+	// only the tags it lacks are the delta. The store's list loses nothing.
 	claimed := put
 	claimed.Tags = []string{"v1"}
-	a, err := s.AddTo(ctx, "ns/app", claimed, []string{"v3"})
-	if err != nil || a.From != put.Revision || !slices.Equal(a.Entry.Tags, []string{"v1", "v3"}) {
-		t.Fatalf("AddTo of the stored revision = %+v, %v; want v3 added to the base's list", a, err)
+	a, err := s.AddTo(ctx, "ns/app", claimed, []string{"v2", "v3"})
+	if err != nil || a.From != put.Revision || !slices.Equal(a.Entry.Tags, []string{"v1", "v2", "v3"}) ||
+		a.Entry.Revision != RevisionAfter(put.Revision, []string{"v2", "v3"}) {
+		t.Fatalf("AddTo of the stored revision = %+v, %v; want v2 and v3 added to the base's list", a, err)
 	}
 	// put is now an older revision: the stored list is read.
-	a, err = s.AddTo(ctx, "ns/app", put, []string{"v4"})
-	if err != nil || !slices.Equal(a.Entry.Tags, []string{"v1", "v3", "v4"}) {
+	a, err = s.AddTo(ctx, "ns/app", put, []string{"v3", "v4"})
+	if err != nil || !slices.Equal(a.Entry.Tags, []string{"v1", "v2", "v3", "v4"}) || !slices.Equal(a.Tags, []string{"v4"}) {
 		t.Fatalf("AddTo of an older revision = %+v, %v; want v4 added to the stored list", a, err)
 	}
 	a, err = s.AddTo(ctx, "ns/app", Entry{Identity: testID}, []string{"v5"})
-	if err != nil || !slices.Equal(a.Entry.Tags, []string{"v1", "v3", "v4", "v5"}) {
+	if err != nil || !slices.Equal(a.Entry.Tags, []string{"v1", "v2", "v3", "v4", "v5"}) {
 		t.Fatalf("AddTo without a revision = %+v, %v; want v5 added to the stored list", a, err)
 	}
 	got, err := s.Get(ctx, "ns/app", testID)
