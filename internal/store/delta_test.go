@@ -564,7 +564,7 @@ func runOps(t *testing.T, s *Store, dir, key string, ops []byte) *Store {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			s = New(dir)
+			s = New(dir, WithLinger(time.Hour))
 		}
 		check("after the step")
 	}
@@ -596,18 +596,21 @@ func TestDeltasReadAsAFullRewrite(t *testing.T) {
 	}
 }
 
-// FuzzDeltas is TestDeltasReadAsAFullRewrite for sequences the fuzzer makes.
+// FuzzDeltas is TestDeltasReadAsAFullRewrite for sequences the fuzzer makes. Each input works on
+// a key of its own in one store per fuzzing process, so that an input costs its operations, not
+// an open of Badger.
 func FuzzDeltas(f *testing.F) {
 	f.Add([]byte{0, 2, 1, 2, 2, 3, 4, 4, 5, 2, 1, 9, 0, 1, 2, 5})
 	f.Add([]byte{0, 1, 3, 2, 2, 2, 7, 8, 9, 3, 1, 1, 0, 3, 6, 2, 4, 5, 0, 0})
+	dir := f.TempDir()
+	s := New(dir, WithLinger(time.Hour))
+	f.Cleanup(func() { s.Close() })
+	inputs := 0
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) > 512 {
 			return
 		}
-		dir := t.TempDir()
-		s := runOps(t, New(dir), dir, "ns/fuzz", ops)
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
+		inputs++
+		s = runOps(t, s, dir, fmt.Sprintf("ns/fuzz-%d", inputs), ops)
 	})
 }
