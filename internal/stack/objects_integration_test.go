@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/stack"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -122,6 +125,7 @@ func TestObjectEventsIntegration(t *testing.T) {
 	})
 
 	t.Run("a deleted ImageRepository", func(t *testing.T) {
+		before := policyTag(t, s, "default", "objects")
 		if err := s.Kube.Repositories.Delete(ctx, "default", "objects"); err != nil {
 			t.Fatal(err)
 		}
@@ -133,6 +137,21 @@ func TestObjectEventsIntegration(t *testing.T) {
 				err = fmt.Errorf("the store still holds default/objects: %v; logs in %s", keys, s.Log(stack.Scan))
 			}
 			return err
+		})
+		// Its policy hears of it, as Flux's does: not Ready, latestRef kept.
+		testenv.Eventually(t, 30*time.Second, func() error {
+			pol, err := s.Kube.Policies.Get(ctx, "default", "objects")
+			if err != nil {
+				return err
+			}
+			ready := apimeta.FindStatusCondition(pol.Status.Conditions, v1.ReadyCondition)
+			if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != v1.DependencyNotReadyReason {
+				return fmt.Errorf("the policy of the deleted repository: Ready %+v; logs in %s and %s", ready, s.Log(stack.Scan), s.Log(stack.Policy))
+			}
+			if tag := refTag(pol.Status.LatestRef); tag != before {
+				return fmt.Errorf("latestRef %q after the deletion, want it kept at %q", tag, before)
+			}
+			return nil
 		})
 	})
 }
