@@ -156,11 +156,14 @@ func (p *Pass) run(ctx context.Context) (Summary, error) {
 	}
 	err = p.listPolicies(ctx, func(pol *v1.ImagePolicy) {
 		sum.Policies++
-		rev := live[StoreKey(pol.RepositoryNamespace(), pol.Spec.ImageRepositoryRef.Name)]
+		rev, exists := live[StoreKey(pol.RepositoryNamespace(), pol.Spec.ImageRepositoryRef.Name)]
 		if rev == "-" {
 			rev = ""
 		}
 		reason := PolicyDue(pol, rev, w)
+		if reason == "" && !exists {
+			reason = RepositoryGoneDue(pol)
+		}
 		if reason == "" && storeFailed(pol.Status.Conditions) && keys.answers(ctx) {
 			reason = DueStoreBack
 		}

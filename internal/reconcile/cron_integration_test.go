@@ -167,6 +167,20 @@ func TestCronIntegrationDueRules(t *testing.T) {
 	if _, err := c.Policies.Create(ctx, newPolicy); err != nil {
 		t.Fatal(err)
 	}
+	// A policy that still says Ready for a repository that is gone missed the deletion's
+	// announcement.
+	orphan := newPolicy.DeepCopy()
+	orphan.Name, orphan.Spec.ImageRepositoryRef.Name = "orphan", "gone"
+	if _, err := c.Policies.Create(ctx, orphan); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Policies.UpdateStatus(ctx, ns, "orphan", func(p *v1.ImagePolicy) error {
+		p.Status = v1.ImagePolicyStatus{ObservedGeneration: p.Generation,
+			Conditions: []metav1.Condition{{Type: v1.ReadyCondition, Status: metav1.ConditionTrue, Reason: v1.SucceededReason, LastTransitionTime: metav1.Now()}}}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	scan, policy := newSink(t), newSink(t)
 	pass := &reconcile.Pass{Kube: c, Scan: scan.sender(t), Policy: policy.sender(t),
@@ -179,7 +193,7 @@ func TestCronIntegrationDueRules(t *testing.T) {
 	if got := scan.names(ns); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("scan requests %q, want %q", got, want)
 	}
-	if got := policy.names(ns); fmt.Sprint(got) != fmt.Sprint([]string{"new: generation changed"}) {
+	if got := policy.names(ns); fmt.Sprint(got) != fmt.Sprint([]string{"new: generation changed", "orphan: " + reconcile.DueRepositoryGone}) {
 		t.Errorf("policy requests %q", got)
 	}
 	if sum.Failed != 0 || sum.Dispatched != sum.Due || sum.Due < 5 {

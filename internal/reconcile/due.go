@@ -36,6 +36,7 @@ const (
 	DueStoreBack         = "the tag store failed its last scan and works again"
 	DueStoreDamaged      = "a policy found its stored tags damaged"
 	DueUnverified        = "skipped newer tags whose signatures did not verify"
+	DueRepositoryGone    = "its ImageRepository is gone"
 )
 
 // pushRequestSuffix marks the reconcile requests that the scan function's receiver sets for a
@@ -150,6 +151,20 @@ func PolicyDue(pol *v1.ImagePolicy, repoRevision string, w Window) string {
 		if crossed(w, policyRetryPeriod, offset(pol.Namespace, pol.Name)) {
 			return DueRetry
 		}
+	}
+	return ""
+}
+
+// RepositoryGoneDue tells whether an ImagePolicy whose ImageRepository no longer exists needs an
+// evaluation: while it still says Ready, the announcement of the deletion was lost (a Trigger
+// that was being replaced, a broker that dropped it), and only an evaluation reports the missing
+// repository. A policy that is not Ready retries on its own period.
+func RepositoryGoneDue(pol *v1.ImagePolicy) string {
+	if !pol.DeletionTimestamp.IsZero() || pol.Spec.Suspend {
+		return ""
+	}
+	if apimeta.IsStatusConditionTrue(pol.Status.Conditions, v1.ReadyCondition) {
+		return DueRepositoryGone
 	}
 	return ""
 }

@@ -261,3 +261,29 @@ func TestRequestedByPush(t *testing.T) {
 		t.Error("a repository without a request was requested by a push")
 	}
 }
+
+func TestRepositoryGoneDue(t *testing.T) {
+	ready := func(status metav1.ConditionStatus) []metav1.Condition {
+		return []metav1.Condition{{Type: v1.ReadyCondition, Status: status}}
+	}
+	for _, tt := range []struct {
+		name string
+		pol  v1.ImagePolicy
+		want string
+	}{
+		{"still Ready: the deletion's announcement was lost", v1.ImagePolicy{Status: v1.ImagePolicyStatus{Conditions: ready(metav1.ConditionTrue)}}, DueRepositoryGone},
+		{"already reports it", v1.ImagePolicy{Status: v1.ImagePolicyStatus{Conditions: ready(metav1.ConditionFalse)}}, ""},
+		{"never evaluated", v1.ImagePolicy{}, ""},
+		{"suspended", v1.ImagePolicy{Spec: v1.ImagePolicySpec{Suspend: true}, Status: v1.ImagePolicyStatus{Conditions: ready(metav1.ConditionTrue)}}, ""},
+		{"being deleted", v1.ImagePolicy{Status: v1.ImagePolicyStatus{Conditions: ready(metav1.ConditionTrue)}}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.name == "being deleted" {
+				deleting[*v1.ImagePolicy]()(&tt.pol)
+			}
+			if got := RepositoryGoneDue(&tt.pol); got != tt.want {
+				t.Errorf("RepositoryGoneDue() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
