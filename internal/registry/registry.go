@@ -137,13 +137,6 @@ func (c *Client) evictLimiters() {
 	}
 }
 
-// Limiters returns the number of token buckets the Client keeps.
-func (c *Client) Limiters() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.limiters)
-}
-
 // ListingRequests is the number of requests ListTags makes for a repository of tags tags: one
 // per page of the Client's page size, and at least one. A registry that refuses the page size
 // answers with smaller pages and more requests.

@@ -205,19 +205,11 @@ func sameRegistry(a, b string) bool {
 
 // tlsConfig builds the TLS settings of spec.certSecretRef: ca.crt added to the system roots,
 // tls.crt and tls.key presented as the client certificate. Flux's deprecated key names caFile,
-// certFile and keyFile are read too. ca tells whether the Secret adds a CA.
-func (s *secrets) tlsConfig(ctx context.Context, name string, base *tls.Config) (_ *tls.Config, ca bool, err error) {
-	cfg, err := s.buildTLS(ctx, name, base)
-	if err != nil {
-		return nil, false, err
-	}
-	return cfg, cfg.RootCAs != nil && (base == nil || cfg.RootCAs != base.RootCAs), nil
-}
-
-func (s *secrets) buildTLS(ctx context.Context, name string, base *tls.Config) (*tls.Config, error) {
+// certFile and keyFile are read too. addsCA tells whether the Secret adds a CA.
+func (s *secrets) tlsConfig(ctx context.Context, name string, base *tls.Config) (_ *tls.Config, addsCA bool, _ error) {
 	sec, err := s.secret(ctx, name, "spec.certSecretRef")
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	where := fmt.Sprintf("spec.certSecretRef: secret %s/%s", s.namespace, name)
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
@@ -227,7 +219,7 @@ func (s *secrets) buildTLS(ctx context.Context, name string, base *tls.Config) (
 	ca := firstKey(sec, "ca.crt", "caFile")
 	cert, key := firstKey(sec, corev1.TLSCertKey, "certFile"), firstKey(sec, corev1.TLSPrivateKeyKey, "keyFile")
 	if ca == nil && cert == nil && key == nil {
-		return nil, authFailed("%s has none of the keys ca.crt, tls.crt and tls.key", where)
+		return nil, false, authFailed("%s has none of the keys ca.crt, tls.crt and tls.key", where)
 	}
 	if ca != nil {
 		pool, err := x509.SystemCertPool()
@@ -235,21 +227,21 @@ func (s *secrets) buildTLS(ctx context.Context, name string, base *tls.Config) (
 			pool = x509.NewCertPool()
 		}
 		if !pool.AppendCertsFromPEM(ca) {
-			return nil, authFailed("%s: ca.crt holds no PEM-encoded certificate", where)
+			return nil, false, authFailed("%s: ca.crt holds no PEM-encoded certificate", where)
 		}
 		cfg.RootCAs = pool
 	}
 	if (cert == nil) != (key == nil) {
-		return nil, authFailed("%s: tls.crt and tls.key must be given together", where)
+		return nil, false, authFailed("%s: tls.crt and tls.key must be given together", where)
 	}
 	if cert != nil {
 		pair, err := tls.X509KeyPair(cert, key)
 		if err != nil {
-			return nil, authFailed("%s: tls.crt and tls.key: %w", where, err)
+			return nil, false, authFailed("%s: tls.crt and tls.key: %w", where, err)
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
-	return cfg, nil
+	return cfg, ca != nil, nil
 }
 
 // proxyURL reads spec.proxySecretRef: address, with username and password as its credentials.
