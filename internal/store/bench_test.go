@@ -246,15 +246,7 @@ func BenchmarkAddTo(b *testing.B) {
 				held = a.Entry
 			}
 			b.StopTimer()
-			for {
-				s.mu.Lock()
-				busy := len(s.compacting) > 0
-				s.mu.Unlock()
-				if !busy {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
+			waitNoCompaction(s)
 			compacted = s.compacted.Load() - compacted
 			written = s.written.Load() - written - compacted
 			b.ReportMetric(float64(written)/float64(i), "push-B/op")

@@ -52,6 +52,19 @@ func waitCompacted(t testing.TB, s *Store, key string) meta {
 	}
 }
 
+// waitNoCompaction waits until no compaction of s runs.
+func waitNoCompaction(s *Store) {
+	for {
+		s.mu.Lock()
+		busy := len(s.compacting) > 0
+		s.mu.Unlock()
+		if !busy {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestPushIsADelta: a push leaves the base list as it is and writes its tags as a delta with a
 // header whose revision chains from the one it extends; every reader merges them.
 func TestPushIsADelta(t *testing.T) {
@@ -423,15 +436,7 @@ func TestConcurrentPushesAndCompaction(t *testing.T) {
 	}
 	chain(t, put.Revision, e.Revision, adds)
 	// The compactions that raced the pushes may all have lost; one that runs alone does not.
-	for {
-		s.mu.Lock()
-		busy := len(s.compacting) > 0
-		s.mu.Unlock()
-		if !busy {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitNoCompaction(s)
 	if m, _ := header(t, s, "ns/app"); m.compactionDue() {
 		s.compactSoon("ns/app")
 		waitCompacted(t, s, "ns/app")
