@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
-	crdfiles "github.com/imagereflector/reflector/config/crd"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
@@ -59,18 +58,12 @@ func apply(t *testing.T, env *testenv.Env, files ...string) {
 func fluxPolicyCRD(t *testing.T, env *testenv.Env) {
 	t.Helper()
 	ctx := context.Background()
-	b, err := crdfiles.Files.ReadFile("bases/image.toolkit.fluxcd.io_imagepolicies.yaml")
+	obj, err := testenv.FluxPolicyCRD()
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := testenv.DecodeYAML(b)
-	if err != nil || len(objs) != 1 {
-		t.Fatalf("decoding reflector's CRD: %v", err)
-	}
-	obj := objs[0]
 	versions, _, _ := unstructured.NestedSlice(obj.Object, "spec", "versions")
 	v1 := versions[0].(map[string]any)
-	unstructured.RemoveNestedField(v1, "schema", "openAPIV3Schema", "properties", "spec", "properties", "verify")
 	delete(v1, "selectableFields")
 	beta := map[string]any{"name": "v1beta2", "served": true, "storage": false, "schema": v1["schema"], "subresources": v1["subresources"]}
 	if err := unstructured.SetNestedSlice(obj.Object, []any{beta, v1}, "spec", "versions"); err != nil {

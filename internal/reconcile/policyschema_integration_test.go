@@ -11,10 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	crdfiles "github.com/imagereflector/reflector/config/crd"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/reconcile"
@@ -52,18 +50,8 @@ func TestCheckPolicySchemaIntegration(t *testing.T) {
 	defer env.Stop()
 	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-	b, err := crdfiles.Files.ReadFile("bases/image.toolkit.fluxcd.io_imagepolicies.yaml")
+	flux, err := testenv.FluxPolicyCRD()
 	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := testenv.DecodeYAML(b)
-	if err != nil || len(objs) != 1 {
-		t.Fatalf("decoding reflector's CRD: %v", err)
-	}
-	flux := objs[0]
-	versions, _, _ := unstructured.NestedSlice(flux.Object, "spec", "versions")
-	unstructured.RemoveNestedField(versions[0].(map[string]any), "schema", "openAPIV3Schema", "properties", "spec", "properties", "verify")
-	if err := unstructured.SetNestedSlice(flux.Object, versions, "spec", "versions"); err != nil {
 		t.Fatal(err)
 	}
 	applied, err := env.Dynamic().Resource(crdGVR).Apply(ctx, flux.GetName(), flux, metav1.ApplyOptions{FieldManager: "flux", Force: true})

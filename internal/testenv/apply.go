@@ -135,3 +135,29 @@ func (e *Env) ensureNamespace(ctx context.Context, name string, labels map[strin
 	}
 	return err
 }
+
+// FluxPolicyCRD returns reflector's ImagePolicy CRD in the shape of Flux's: its v1 schema has no
+// spec.verify. Tests apply it where a cluster serves Flux's CRD instead of reflector's.
+func FluxPolicyCRD() (*unstructured.Unstructured, error) {
+	b, err := crd.Files.ReadFile("bases/image.toolkit.fluxcd.io_imagepolicies.yaml")
+	if err != nil {
+		return nil, err
+	}
+	objs, err := DecodeYAML(b)
+	if err != nil {
+		return nil, err
+	}
+	if len(objs) != 1 {
+		return nil, fmt.Errorf("the ImagePolicy CRD's file holds %d objects", len(objs))
+	}
+	obj := objs[0]
+	versions, _, _ := unstructured.NestedSlice(obj.Object, "spec", "versions")
+	if len(versions) == 0 {
+		return nil, errors.New("the ImagePolicy CRD has no versions")
+	}
+	unstructured.RemoveNestedField(versions[0].(map[string]any), "schema", "openAPIV3Schema", "properties", "spec", "properties", "verify")
+	if err := unstructured.SetNestedSlice(obj.Object, versions, "spec", "versions"); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
