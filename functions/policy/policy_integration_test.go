@@ -123,7 +123,13 @@ func (f *function) latest(t *testing.T, name string) string {
 // post sends a request and returns its status and body.
 func (f *function) post(t *testing.T, path, contentType string, body []byte, header map[string]string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, f.url+path, bytes.NewReader(body))
+	return post(t, f.url+path, contentType, body, header)
+}
+
+// post sends a request to url and returns its status and body.
+func post(t *testing.T, url, contentType string, body []byte, header map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,21 +381,8 @@ func postEvent(t *testing.T, url, typ string, data any) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequest(http.MethodPost, url+"/", bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range map[string]string{"Ce-Specversion": "1.0", "Ce-Type": typ, "Ce-Source": "/test",
-		"Ce-Id": fmt.Sprint(time.Now().UnixNano()), "Content-Type": "application/json"} {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(answer)
+	return post(t, url+"/", "application/json", b, map[string]string{"Ce-Specversion": "1.0", "Ce-Type": typ,
+		"Ce-Source": "/test", "Ce-Id": fmt.Sprint(time.Now().UnixNano())})
 }
 
 // TestPolicyFunctionIntegrationFluxEventsFromEnv: with REFLECTOR_EVENTS_ADDR, the function posts
