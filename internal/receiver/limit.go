@@ -133,10 +133,3 @@ func (l *addressLimits) evict(now time.Time) {
 		clear(l.buckets)
 	}
 }
-
-// len returns how many buckets are held.
-func (l *addressLimits) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.buckets)
-}

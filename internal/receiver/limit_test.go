@@ -95,3 +95,10 @@ func TestAddressLimitsOff(t *testing.T) {
 		}
 	}
 }
+
+// len returns how many buckets are held.
+func (l *addressLimits) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.buckets)
+}
