@@ -22,6 +22,8 @@ func TestWebhookIntegrationRemembersListings(t *testing.T) {
 	f.reg.Push(t, "catalog/a", "1.0.0")
 	f.reg.Push(t, "catalog/b", "1.0.0")
 	f.createRepo(t, ns, "a", f.reg.Image("catalog/a"))
+	// A listing of the cache that misses "a" would count a second, fresh listing.
+	f.waitCached(t, receiver.Object{Namespace: ns, Name: "a"})
 	hook := func(id, repo string) (int, receiver.Answer) {
 		t.Helper()
 		body := fmt.Appendf(nil, `{"events":[{"id":%q,"action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","repository":%q,"tag":"1.0.0"},"request":{"host":%q}}]}`,
@@ -61,6 +63,8 @@ func TestWebhookIntegrationSharesAListingInFlight(t *testing.T) {
 	ns := f.namespace(t, token)
 	f.reg.Push(t, "together/a", "1.0.0")
 	f.createRepo(t, ns, "a", f.reg.Image("together/a"))
+	// A listing of the cache that misses "a" would count a second, fresh listing.
+	f.waitCached(t, receiver.Object{Namespace: ns, Name: "a"})
 
 	const deliveries = 16
 	before := f.lists.Load()
