@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/webhook"
 )
 
 // The Knative releases whose CRDs the dry runs check the manifests against: the ones
@@ -341,6 +342,8 @@ func TestTriggersRouteEveryEventIntegration(t *testing.T) {
 	env := testenv.Kube(t)
 	installKnativeCRDs(t, env)
 	ensureNamespace(t, env)
+	// typ is an exact type, or "prefix:" and a type prefix (the filters of Knative's newer
+	// filter language, for type families such as CDEvents').
 	type route struct{ typ, kind, subscriber string }
 	want := map[route]bool{
 		{"io.imagereflector.scan.requested.v1", "", "reflector-scan"}:                  true,
@@ -351,6 +354,10 @@ func TestTriggersRouteEveryEventIntegration(t *testing.T) {
 		{"io.imagereflector.policy.requested.v1", "", "reflector-policy"}:              true,
 		{"dev.knative.apiserver.resource.add", "ImagePolicy", "reflector-policy"}:      true,
 		{"dev.knative.apiserver.resource.update", "ImagePolicy", "reflector-policy"}:   true,
+		// Registry pushes sent to the Broker as CloudEvents (docs/webhooks.md).
+		{webhook.EventGridImagePushed, "", "reflector-scan"}:                  true,
+		{webhook.EventarcMessagePublished, "", "reflector-scan"}:              true,
+		{"prefix:" + webhook.CDEventsArtifactPublished, "", "reflector-scan"}: true,
 	}
 	a := newApplier(env)
 	got := map[route]bool{}
@@ -364,6 +371,30 @@ func TestTriggersRouteEveryEventIntegration(t *testing.T) {
 			t.Fatalf("Trigger %s rejected: %v", obj.GetName(), err)
 		}
 		attrs, _, _ := unstructured.NestedStringMap(applied.Object, "spec", "filter", "attributes")
+		if attrs == nil {
+			attrs = map[string]string{}
+		}
+		filters, _, _ := unstructured.NestedSlice(applied.Object, "spec", "filters")
+		for _, f := range filters {
+			fm, _ := f.(map[string]any)
+			if len(fm) != 1 {
+				t.Fatalf("Trigger %s: a filter with other than one dialect: %v", obj.GetName(), fm)
+			}
+			for dialect, v := range fm {
+				m, _ := v.(map[string]any)
+				for k, val := range m {
+					s, _ := val.(string)
+					switch dialect {
+					case "exact":
+						attrs[k] = s
+					case "prefix":
+						attrs[k] = "prefix:" + s
+					default:
+						t.Fatalf("Trigger %s: filter dialect %s is none this test reads", obj.GetName(), dialect)
+					}
+				}
+			}
+		}
 		sub, _, _ := unstructured.NestedString(applied.Object, "spec", "subscriber", "ref", "name")
 		broker, _, _ := unstructured.NestedString(applied.Object, "spec", "broker")
 		if broker != "default" {
