@@ -37,22 +37,22 @@ func digestImages() string {
 	return b.String()
 }
 
-// documentedFeatures returns the Serving feature flags that docs/deploy.md tells the cluster
+// documentedFeatures returns the Serving feature flags that docs/install.md tells the cluster
 // admin to set, from its `kubectl patch configmap config-features -n knative-serving` command.
 func documentedFeatures(t testing.TB) map[string]string {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "deploy.md"))
+	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "install.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	re := regexp.MustCompile(`(?s)kubectl patch configmap config-features -n knative-serving --type merge -p '([^']*)'`)
 	m := re.FindSubmatch(doc)
 	if m == nil {
-		t.Fatal("docs/deploy.md has no `kubectl patch configmap config-features -n knative-serving` command")
+		t.Fatal("docs/install.md has no `kubectl patch configmap config-features -n knative-serving` command")
 	}
 	var patch struct{ Data map[string]string }
 	if err := json.Unmarshal(m[1], &patch); err != nil || len(patch.Data) == 0 {
-		t.Fatalf("docs/deploy.md: the config-features patch is not a JSON merge patch of data: %v\n%s", err, m[1])
+		t.Fatalf("docs/install.md: the config-features patch is not a JSON merge patch of data: %v\n%s", err, m[1])
 	}
 	return patch.Data
 }
@@ -86,7 +86,7 @@ func patchFeatures(t testing.TB, env *testenv.Env, data map[string]string) {
 }
 
 // TestKnativeIntegration applies knative/ as a user does, to an apiserver where Knative Serving's
-// and Eventing's own webhooks and controllers run, after only what docs/deploy.md says the
+// and Eventing's own webhooks and controllers run, after only what docs/install.md says the
 // cluster needs first. Nothing runs pods here, so Routes and Services never become Ready, and the
 // Broker's class controller (with its data plane) is not there: the test publishes the address it
 // would give the Broker.
@@ -111,7 +111,7 @@ func TestKnativeIntegration(t *testing.T) {
 			waited = true
 			testenv.Eventually(t, 30*time.Second, func() error {
 				if _, err := a.apply(ctx, obj, true); err != nil {
-					return fmt.Errorf("with the feature flags docs/deploy.md lists (%v), %s is refused: %w", features, key(obj), err)
+					return fmt.Errorf("with the feature flags docs/install.md lists (%v), %s is refused: %w", features, key(obj), err)
 				}
 				return nil
 			})

@@ -19,8 +19,8 @@ import (
 
 // TestNodeKnativeIntegration installs Knative Serving (with Traefik as its KIngress) and Eventing
 // (in-memory channel, channel-based broker) on the node from the images ko built, sets the
-// feature flags that docs/deploy.md tells a cluster admin to set, builds reflector's images
-// with `make images`, and applies `kubectl apply -k knative/` as docs/deploy.md says: every
+// feature flags that docs/install.md tells a cluster admin to set, builds reflector's images
+// with `make images`, and applies `kubectl apply -k knative/` as docs/development.md's install from source does: every
 // Knative Service, Trigger, source and binding must become Ready, through real pods. Then pushes
 // notified to the public route reach latestRef, warm and from zero pods (measured), and the
 // installation lives through what lifecycle does to it.
@@ -149,20 +149,20 @@ func TestNodeKnativeIntegration(t *testing.T) {
 }
 
 // documentedPatch returns the JSON merge patch of the `kubectl patch configmap NAME -n
-// NAMESPACE` command of docs/deploy.md.
+// NAMESPACE` command of docs/install.md.
 func documentedPatch(t *testing.T, name, namespace string) string {
 	t.Helper()
-	doc, err := os.ReadFile("../../docs/deploy.md")
+	doc, err := os.ReadFile("../../docs/install.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	re := regexp.MustCompile(`(?s)kubectl patch configmap ` + regexp.QuoteMeta(name) + ` -n ` + regexp.QuoteMeta(namespace) + ` --type merge -p '([^']*)'`)
 	m := re.FindSubmatch(doc)
 	if m == nil {
-		t.Fatalf("docs/deploy.md has no `kubectl patch configmap %s -n %s` command", name, namespace)
+		t.Fatalf("docs/install.md has no `kubectl patch configmap %s -n %s` command", name, namespace)
 	}
 	if !json.Valid(m[1]) {
-		t.Fatalf("docs/deploy.md: the %s patch is not JSON:\n%s", name, m[1])
+		t.Fatalf("docs/install.md: the %s patch is not JSON:\n%s", name, m[1])
 	}
 	return string(m[1])
 }
@@ -182,7 +182,7 @@ func manifestTree(t *testing.T, images []byte) string {
 		t.Fatal(err)
 	}
 	// The test's registry listens at the node's address, a private one, which the functions
-	// reach only when the administrator allows it, as docs/deploy.md tells.
+	// reach only when the administrator allows it, as docs/install.md tells.
 	allow := fmt.Sprintf(`
 patches:
   - target:

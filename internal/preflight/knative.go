@@ -25,7 +25,7 @@ const (
 )
 
 // ServingFlags are the Knative Serving features that reflector's functions need
-// (docs/deploy.md, "What the cluster needs"): the tag store's volume, read-write, the affinity
+// (docs/install.md, "Feature flags"): the tag store's volume, read-write, the affinity
 // that keeps both functions on its node, and the fsGroup that lets user 65532 write it.
 var ServingFlags = []string{
 	"kubernetes.podspec-persistent-volume-claim",
