@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/imagereflector/reflector/internal/testenv/replay"
 )
 
 // docsPage is the page whose example payloads TestDocumentedPayloads replays.
@@ -44,55 +46,6 @@ var docAuth = map[string]struct {
 func bearer(r *Request, s []byte)   { r.Header.Set("Authorization", "Bearer "+string(s)) }
 func queryTok(r *Request, s []byte) { r.Query.Set("token", string(s)) }
 
-// replay is one example payload of the page: the attributes of its
-// <!-- replay: ... --> comment and the body of the fenced block that follows it.
-type replay struct {
-	line  int
-	attrs map[string][]string
-	body  []byte
-}
-
-func (r replay) get(key string) string {
-	if v := r.attrs[key]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}
-
-var (
-	replayComment = regexp.MustCompile(`^<!-- replay: (.*) -->$`)
-	replayAttr    = regexp.MustCompile(`([a-z]+)(?:=(?:"([^"]*)"|(\S+)))?`)
-)
-
-// readReplays extracts every replay of the page. A comment must be followed directly by a
-// fenced json block, so that no example can lose its replay by being moved.
-func readReplays(t *testing.T, page string) []replay {
-	t.Helper()
-	lines := strings.Split(page, "\n")
-	var out []replay
-	for i := 0; i < len(lines); i++ {
-		m := replayComment.FindStringSubmatch(lines[i])
-		if m == nil {
-			continue
-		}
-		r := replay{line: i + 1, attrs: map[string][]string{}}
-		for _, a := range replayAttr.FindAllStringSubmatch(m[1], -1) {
-			v := a[2] + a[3]
-			r.attrs[a[1]] = append(r.attrs[a[1]], v)
-		}
-		if i+1 >= len(lines) || lines[i+1] != "```json" {
-			t.Fatalf("%s:%d: a replay comment not followed by a ```json block", docsPage, r.line)
-		}
-		var body []string
-		for i += 2; i < len(lines) && lines[i] != "```"; i++ {
-			body = append(body, lines[i])
-		}
-		r.body = []byte(strings.Join(body, "\n"))
-		out = append(out, r)
-	}
-	return out
-}
-
 // TestDocumentedPayloads replays every example payload of docs/webhooks.md through Parse (with
 // the provider's documented signature or token) or ParseCloudEvent, and checks that it yields
 // the image and tag its comment states. Every HTTP provider and every CloudEvent type must have
@@ -103,7 +56,7 @@ func TestDocumentedPayloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := string(raw)
-	replays := readReplays(t, page)
+	replays := replay.Read(t, docsPage)
 	secret := []byte("a-token-of-the-receiver")
 	seen := map[string]bool{}
 	for _, r := range replays {
@@ -112,25 +65,25 @@ func TestDocumentedPayloads(t *testing.T) {
 			err    error
 			what   string
 		)
-		if _, ok := r.attrs["cloudevent"]; ok {
-			what = r.get("type")
-			events, err = ParseCloudEvent(what, r.get("source"), r.get("id"), r.body)
+		if r.Has("cloudevent") {
+			what = r.Get("type")
+			events, err = ParseCloudEvent(what, r.Get("source"), r.Get("id"), r.Body)
 		} else {
-			what = r.get("provider")
+			what = r.Get("provider")
 			auth, ok := docAuth[what]
 			if !ok {
-				t.Errorf("%s:%d: provider %q has no documented authentication in this test", docsPage, r.line, what)
+				t.Errorf("%s: provider %q has no documented authentication in this test", r.Where(), what)
 				continue
 			}
-			req := Request{Header: http.Header{}, Query: url.Values{}, Body: r.body}
-			for _, h := range r.attrs["header"] {
+			req := Request{Header: http.Header{}, Query: url.Values{}, Body: r.Body}
+			for _, h := range r.Attrs["header"] {
 				k, v, _ := strings.Cut(h, ":")
 				req.Header.Set(strings.TrimSpace(k), strings.TrimSpace(v))
 			}
-			for _, q := range r.attrs["query"] {
+			for _, q := range r.Attrs["query"] {
 				values, err := url.ParseQuery(q)
 				if err != nil {
-					t.Fatalf("%s:%d: query %q: %v", docsPage, r.line, q, err)
+					t.Fatalf("%s: query %q: %v", r.Where(), q, err)
 				}
 				for k, v := range values {
 					req.Query[k] = v
@@ -141,10 +94,10 @@ func TestDocumentedPayloads(t *testing.T) {
 		}
 		seen[what] = true
 		if err != nil {
-			t.Errorf("%s:%d: %s: %v", docsPage, r.line, what, err)
+			t.Errorf("%s: %s: %v", r.Where(), what, err)
 			continue
 		}
-		image, tag := r.get("image"), r.get("tag")
+		image, tag := r.Get("image"), r.Get("tag")
 		found := false
 		for _, e := range events {
 			if e.Host+"/"+e.Repository == image && e.Tag == tag {
@@ -152,7 +105,7 @@ func TestDocumentedPayloads(t *testing.T) {
 			}
 		}
 		if !found {
-			t.Errorf("%s:%d: %s yields %+v, not %s:%s", docsPage, r.line, what, events, image, tag)
+			t.Errorf("%s: %s yields %+v, not %s:%s", r.Where(), what, events, image, tag)
 		}
 	}
 
