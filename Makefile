@@ -9,7 +9,7 @@ BENCH ?= .
 BENCHOUT ?= bench.out
 TESTFLAGS ?=
 
-.PHONY: all generate check-generated build test unit images-test faults-test fuzz bench lint deps testenv knative-env flux-cli cosign-cli cluster-env cluster-test run check clean
+.PHONY: all generate check-generated build test unit images-test release-test faults-test fuzz bench lint deps testenv knative-env flux-cli cosign-cli cluster-env cluster-test run check clean
 
 all: build
 
@@ -70,10 +70,11 @@ cluster-test: deps testenv flux-cli cluster-env
 	REFLECTOR_CLUSTER_TEST=1 $(GO) test -count=1 -timeout 60m -v ./internal/node/
 
 ## test: everything CI checks: generated files, lint, unit and integration tests, the image
-## build, short fuzzing.
+## build, a release to a local registry, short fuzzing.
 test: check-generated lint deps testenv knative-env flux-cli cosign-cli
 	$(GO) test -count=1 -timeout 30m $(TESTFLAGS) ./...
 	$(MAKE) images-test
+	$(MAKE) release-test
 	$(MAKE) fuzz
 
 ## unit: the tests that start no apiserver, no registry program and no image build, and contact
@@ -86,6 +87,13 @@ unit:
 ## images-test: build the three images with ko and check each (installs ko on first use).
 images-test:
 	REFLECTOR_IMAGES_TEST=1 $(GO) test -count=1 -timeout 40m -run '^TestImagesIntegration$$' ./internal/deploy/
+
+## release-test: run `make release` against a registry on 127.0.0.1 with a key pair of the test
+## and check what it published (TestReleaseIntegration): each image an index of both platforms,
+## an SBOM per image, signatures that the cosign CLI verifies, install.yaml by digest, crds.yaml's
+## annotations, checksums.txt and the manifests artifact.
+release-test: ko cosign-cli flux-cli
+	REFLECTOR_RELEASE_TEST=1 $(GO) test -count=1 -timeout 40m -run '^TestReleaseIntegration$$' ./internal/deploy/
 
 ## faults-test: the tests of the tag store on a full volume, which mount a small tmpfs (root):
 ## the store's own and the whole system's under its running processes.
