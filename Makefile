@@ -9,7 +9,7 @@ BENCH ?= .
 BENCHOUT ?= bench.out
 TESTFLAGS ?=
 
-.PHONY: all generate check-generated build test unit images-test release-test faults-test fuzz bench lint deps testenv knative-env flux-cli cosign-cli cluster-env cluster-test run check clean
+.PHONY: all generate check-generated build test unit images-test release-test faults-test fuzz bench lint actionlint deps testenv knative-env flux-cli cosign-cli cluster-env cluster-test run check clean
 
 all: build
 
@@ -29,12 +29,23 @@ check-generated: generate
 build:
 	$(GO) build ./...
 
-## lint: gofmt and go vet.
-lint:
+## lint: gofmt, go vet, and actionlint on the workflows under .github/workflows (installs
+## actionlint into bin/ on first use; it runs shellcheck on their scripts where shellcheck is
+## installed).
+ACTIONLINT_VERSION ?= v1.7.12
+ACTIONLINT ?= $(CURDIR)/bin/actionlint
+lint: $(ACTIONLINT)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); test -z "$$out" || { echo "gofmt would change:"; echo "$$out"; exit 1; }
 	$(GO) vet ./...
+	$(ACTIONLINT)
 
-## deps: install the Debian packages the tests and `make run` use (docker-registry).
+## actionlint: install actionlint (the GitHub Actions workflow checker) into bin/.
+actionlint: $(ACTIONLINT)
+$(ACTIONLINT):
+	GOBIN=$(dir $(ACTIONLINT)) $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
+
+## deps: install the Debian packages the tests, `make lint` and `make run` use (docker-registry,
+## shellcheck).
 deps:
 	./hack/deps.sh
 
@@ -71,7 +82,7 @@ cluster-test: deps testenv flux-cli cluster-env
 
 ## test: everything CI checks: generated files, lint, unit and integration tests, the image
 ## build, a release to a local registry, short fuzzing.
-test: check-generated lint deps testenv knative-env flux-cli cosign-cli
+test: deps check-generated lint testenv knative-env flux-cli cosign-cli
 	$(GO) test -count=1 -timeout 30m $(TESTFLAGS) ./...
 	$(MAKE) images-test
 	$(MAKE) release-test
