@@ -179,8 +179,10 @@ FLUX ?= $(REFLECTOR_CACHE)/bin/flux
 ## DIST/crds.yaml, DIST/install.yaml (every image by digest) and DIST/checksums.txt. With
 ## RELEASE_PUSH_MANIFESTS=1 it also pushes install.yaml as the OCI artifact
 ## RELEASE_MANIFESTS_REPO:VERSION, which a Flux OCIRepository can follow, and signs it.
-## KO_DEFAULTBASEIMAGE overrides the base as for `make images`; COSIGNFLAGS and FLUXFLAGS are
-## added to each cosign sign and flux push (--allow-http-registry, --insecure-registry).
+## checksums.txt is signed too, into DIST/checksums.txt.sigstore.json (a Sigstore bundle).
+## KO_DEFAULTBASEIMAGE overrides the base as for `make images`; COSIGNFLAGS, COSIGNBLOBFLAGS and
+## FLUXFLAGS are added to each cosign sign, cosign sign-blob and flux push (such as
+## --allow-http-registry, --tlog-upload=false, --insecure-registry).
 VERSION ?=
 RELEASE_REPO ?= ghcr.io/imagereflector/reflector
 RELEASE_MANIFESTS_REPO ?= $(RELEASE_REPO)/manifests
@@ -191,6 +193,7 @@ RELEASE_SOURCE ?= https://github.com/imagereflector/reflector
 DIST ?= dist
 COSIGN_KEY ?=
 COSIGNFLAGS ?=
+COSIGNBLOBFLAGS ?=
 FLUXFLAGS ?=
 
 release: $(KO)
@@ -218,6 +221,9 @@ release: $(KO)
 		CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags=-s\ -w -o "$(DIST)/reflector-$${p%/*}-$${p#*/}" ./cmd/reflector; \
 	done; \
 	$(GO) run ./hack/release -version $(VERSION) -images "$$work/images.yaml" -out $(DIST); \
+	echo "release $(VERSION): signing checksums.txt"; \
+	if [ -n "$(COSIGN_KEY)" ]; then set -- --key "$(COSIGN_KEY)"; else set --; fi; \
+	"$(COSIGN)" sign-blob --yes "$$@" $(COSIGNBLOBFLAGS) --bundle "$(DIST)/checksums.txt.sigstore.json" "$(DIST)/checksums.txt"; \
 	if [ -n "$(RELEASE_PUSH_MANIFESTS)" ]; then \
 		echo "release $(VERSION): pushing install.yaml to oci://$(RELEASE_MANIFESTS_REPO):$(VERSION)"; \
 		commit=$$(git rev-parse HEAD); \

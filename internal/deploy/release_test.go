@@ -73,7 +73,7 @@ func pushBaseIndex(t *testing.T, host string) string {
 // user relies on: each image an index of both platforms, each platform's image with an SBOM,
 // every signature one the cosign CLI verifies, install.yaml naming only images by digest that
 // the registry serves, crds.yaml annotated so that Flux and Helm keep off the CRDs, the
-// checksums, and the manifests artifact holding install.yaml.
+// checksums and their signature, and the manifests artifact holding install.yaml.
 //
 // Cosign and every program make runs are given proxies that refuse all but 127.0.0.1: the
 // test fails if anything tried to reach beyond it (Rekor, Fulcio, a TUF repository).
@@ -110,6 +110,7 @@ func TestReleaseIntegration(t *testing.T) {
 		"COSIGN="+cli.Path(), "COSIGN_KEY="+sigKey.PrivateKey(),
 		// A key's signature without a transparency log entry, over plain HTTP.
 		"COSIGNFLAGS=--tlog-upload=false --use-signing-config=false --allow-http-registry --allow-insecure-registry",
+		"COSIGNBLOBFLAGS=--tlog-upload=false --use-signing-config=false",
 		"FLUX="+flux, "RELEASE_PUSH_MANIFESTS=1", "FLUXFLAGS=--insecure-registry",
 		// The CLI for this host only: the other platforms build the same way, for minutes more.
 		"RELEASE_CLI_PLATFORMS=linux/"+runtime.GOARCH)
@@ -149,12 +150,15 @@ func TestReleaseIntegration(t *testing.T) {
 	for _, e := range entries {
 		files = append(files, e.Name())
 	}
-	want := []string{"checksums.txt", "crds.yaml", "install.yaml", cliBin}
+	want := []string{"checksums.txt", "checksums.txt.sigstore.json", "crds.yaml", "install.yaml", cliBin}
 	slices.Sort(want)
 	if !slices.Equal(files, want) {
 		t.Errorf("dist/ holds %v, want %v", files, want)
 	}
-	checkChecksums(t, dist, want)
+	checkChecksums(t, dist, slices.DeleteFunc(slices.Clone(want), func(f string) bool {
+		return f == "checksums.txt.sigstore.json"
+	}))
+	cli.VerifyBlob(t, sigKey, filepath.Join(dist, "checksums.txt"), filepath.Join(dist, "checksums.txt.sigstore.json"))
 
 	t.Run("crds.yaml", func(t *testing.T) {
 		objs := decodeFile(t, filepath.Join(dist, "crds.yaml"))

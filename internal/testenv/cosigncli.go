@@ -146,6 +146,14 @@ func (c *CosignCLI) VerifyFails(t testing.TB, key *CosignCLIKey, ref string) {
 	}
 }
 
+// VerifyBlob runs `cosign verify-blob` of the file blob against its Sigstore bundle with key's
+// public half, offline as Verify is.
+func (c *CosignCLI) VerifyBlob(t testing.TB, key *CosignCLIKey, blob, bundle string) {
+	t.Helper()
+	c.run(t, key, "verify-blob", "--key", filepath.Join(key.dir, "cosign.pub"), "--insecure-ignore-tlog=true",
+		"--bundle", bundle, blob)
+}
+
 func verifyArgs(key *CosignCLIKey, ref string) []string {
 	return []string{"verify", "--key", filepath.Join(key.dir, "cosign.pub"), "--insecure-ignore-tlog=true",
 		"--allow-http-registry", "--allow-insecure-registry", ref}
