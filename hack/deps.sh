@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Debian packages that tests and `make run` use. Idempotent and quick when they
-# are there already.
+# Installs the Debian packages that tests, `make lint` (shellcheck, which actionlint runs on the
+# workflows' scripts) and `make run` use. Idempotent and quick when they are there already.
 set -euo pipefail
-pkgs=(git make docker-registry)
+pkgs=(git make docker-registry shellcheck)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -294,8 +294,6 @@ func TestManifestsDryRunIntegration(t *testing.T) {
 	// does not pass unnoticed.
 	for _, want := range []string{
 		"Namespace /" + namespace,
-		"CustomResourceDefinition /imagerepositories.image.toolkit.fluxcd.io",
-		"CustomResourceDefinition /imagepolicies.image.toolkit.fluxcd.io",
 		"ServiceAccount reflector-system/reflector-webhook",
 		"ServiceAccount reflector-system/reflector-scan",
 		"ServiceAccount reflector-system/reflector-policy",
@@ -320,6 +318,14 @@ func TestManifestsDryRunIntegration(t *testing.T) {
 	} {
 		if !seen[want] {
 			t.Errorf("kustomize build knative/ has no %s", want)
+		}
+	}
+
+	// The CRDs live in config/crd: `kubectl delete -k knative/` must not delete them, and every
+	// ImageRepository and ImagePolicy with them.
+	for _, obj := range objs {
+		if obj.GetKind() == "CustomResourceDefinition" {
+			t.Errorf("kustomize build knative/ has %s: its deletion would delete every object of the kind", key(obj))
 		}
 	}
 
@@ -757,6 +763,65 @@ func TestMultiTenancyComponentIntegration(t *testing.T) {
 	for _, want := range []string{"ValidatingAdmissionPolicy/reflector-writes", "ValidatingAdmissionPolicyBinding/reflector-writes", "ClusterRole/reflector-serviceaccount-tokens"} {
 		if !kinds[want] {
 			t.Errorf("the component brings no %s", want)
+		}
+	}
+}
+
+// crdAnnotations are what config/crd sets on the CRDs, so that once installed no Flux
+// Kustomization applies over them or prunes them (kustomize-controller honours both on the
+// object in the cluster), and no Helm release deletes them.
+var crdAnnotations = map[string]string{
+	"kustomize.toolkit.fluxcd.io/ssa":   "Ignore",
+	"kustomize.toolkit.fluxcd.io/prune": "disabled",
+	"helm.sh/resource-policy":           "keep",
+}
+
+// buildDir runs kustomize on a directory of the repository.
+func buildDir(t testing.TB, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot(t), dir))
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	out, err := resMap.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := testenv.DecodeYAML(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// TestCRDKustomization checks config/crd, what `kubectl apply -k config/crd` and a release's
+// crds.yaml install: the two CRDs, each with the annotations that keep Flux and Helm from
+// taking them over or deleting them.
+func TestCRDKustomization(t *testing.T) {
+	got := map[string]bool{}
+	for _, obj := range buildDir(t, "config/crd") {
+		got[key(obj)] = true
+		if obj.GetKind() != "CustomResourceDefinition" {
+			continue
+		}
+		for k, v := range crdAnnotations {
+			if a := obj.GetAnnotations()[k]; a != v {
+				t.Errorf("%s: annotation %s is %q, want %q", key(obj), k, a, v)
+			}
+		}
+	}
+	want := map[string]bool{
+		"CustomResourceDefinition /imagerepositories.image.toolkit.fluxcd.io": true,
+		"CustomResourceDefinition /imagepolicies.image.toolkit.fluxcd.io":     true,
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("kustomize build config/crd has no %s", k)
+		}
+	}
+	for k := range got {
+		if !want[k] {
+			t.Errorf("kustomize build config/crd has %s besides the CRDs", k)
 		}
 	}
 }

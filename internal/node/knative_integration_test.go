@@ -75,6 +75,11 @@ func TestNodeKnativeIntegration(t *testing.T) {
 	tree := manifestTree(t, makeImages(t, c))
 	t.Logf("make images took %s", time.Since(step).Round(time.Second))
 	step = time.Now()
+	// The CRDs first, from their own kustomization, as a release's crds.yaml goes before its
+	// install.yaml: knative/ leaves them out, so that deleting it never deletes them.
+	if err := c.ApplyUntil(ctx, "config/crd", time.Minute, nil, "--server-side", "-k", filepath.Join(tree, "config", "crd")); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.ApplyUntil(ctx, "knative/", 2*time.Minute, nil, "-k", filepath.Join(tree, "knative")); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +172,7 @@ func documentedPatch(t *testing.T, name, namespace string) string {
 	return string(m[1])
 }
 
-// manifestTree copies knative/ and the CRDs it includes to a directory of the test, with the
+// manifestTree copies knative/ and config/ (the CRDs) to a directory of the test, with the
 // images.yaml that `make images` wrote, and returns the directory: the source tree's
 // knative/images.yaml stays as it is.
 func manifestTree(t *testing.T, images []byte) string {

@@ -125,21 +125,71 @@ func (c *CosignCLI) Sign(t testing.TB, key *CosignCLIKey, image, digest string, 
 	c.run(t, key, append(args, image+"@"+digest)...)
 }
 
+// Verify runs `cosign verify` of ref (host:port/repo@digest) with key's public half, offline:
+// no transparency log entry is looked for (the signatures of Sign and of a release signed with a
+// key and --tlog-upload=false have none), and the registry is reached over plain HTTP.
+func (c *CosignCLI) Verify(t testing.TB, key *CosignCLIKey, ref string) {
+	t.Helper()
+	c.run(t, key, verifyArgs(key, ref)...)
+}
+
+// VerifyFails runs Verify's `cosign verify` and fails the test unless cosign refuses ref, as it
+// must for a signature of another key.
+func (c *CosignCLI) VerifyFails(t testing.TB, key *CosignCLIKey, ref string) {
+	t.Helper()
+	out, err := c.output(key, verifyArgs(key, ref)...)
+	if hosts := c.guard.hosts(); len(hosts) > 0 {
+		t.Fatalf("cosign verify tried to reach %s, beyond 127.0.0.1:\n%s", strings.Join(hosts, ", "), out)
+	}
+	if err == nil {
+		t.Fatalf("cosign verify accepted %s with a key that did not sign it:\n%s", ref, out)
+	}
+}
+
+// VerifyBlob runs `cosign verify-blob` of the file blob against its Sigstore bundle with key's
+// public half, offline as Verify is.
+func (c *CosignCLI) VerifyBlob(t testing.TB, key *CosignCLIKey, blob, bundle string) {
+	t.Helper()
+	c.run(t, key, "verify-blob", "--key", filepath.Join(key.dir, "cosign.pub"), "--insecure-ignore-tlog=true",
+		"--bundle", bundle, blob)
+}
+
+func verifyArgs(key *CosignCLIKey, ref string) []string {
+	return []string{"verify", "--key", filepath.Join(key.dir, "cosign.pub"), "--insecure-ignore-tlog=true",
+		"--allow-http-registry", "--allow-insecure-registry", ref}
+}
+
+// Environ is the part of CosignCLI's environment that keeps cosign to 127.0.0.1 and to the
+// test's own directories (the proxies of its guard, TUF_ROOT, DOCKER_CONFIG, no Sigstore cache),
+// with the key's password in COSIGN_PASSWORD: for a program of the test that runs cosign itself,
+// such as `make release`. Add it after the rest of the environment, so that it wins; PATH and
+// HOME are not among it.
+func (c *CosignCLI) Environ(key *CosignCLIKey) []string {
+	var env []string
+	for _, kv := range c.env {
+		if !strings.HasPrefix(kv, "PATH=") && !strings.HasPrefix(kv, "HOME=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "COSIGN_PASSWORD="+key.password)
+}
+
+// Path is the cosign binary.
+func (c *CosignCLI) Path() string { return c.bin }
+
+// Reached returns the hosts beyond 127.0.0.1 that a program run with Environ asked for.
+func (c *CosignCLI) Reached() []string { return c.guard.hosts() }
+
+// PrivateKey is the file of the key's encrypted private half, cosign.key.
+func (k *CosignCLIKey) PrivateKey() string { return filepath.Join(k.dir, "cosign.key") }
+
 // run runs cosign with args in key's directory, the key's password in COSIGN_PASSWORD, and
 // fails the test if it fails or tried to reach anything but 127.0.0.1. What it printed is
 // shown on failure; neither the password nor the private key is among it.
 func (c *CosignCLI) run(t testing.TB, key *CosignCLIKey, args ...string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, c.bin, args...)
-	cmd.Dir = key.dir
-	cmd.Env = append(append([]string{}, c.env...), "COSIGN_PASSWORD="+key.password)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
-	err := cmd.Run()
-	printed := strings.ReplaceAll(out.String(), key.password, "<password>")
+	printed, err := c.output(key, args...)
 	if hosts := c.guard.hosts(); len(hosts) > 0 {
 		t.Fatalf("cosign %s tried to reach %s, beyond 127.0.0.1:\n%s", args[0], strings.Join(hosts, ", "), printed)
 	}
@@ -147,6 +197,20 @@ func (c *CosignCLI) run(t testing.TB, key *CosignCLIKey, args ...string) {
 		t.Fatalf("cosign %s: %v\n%s", strings.Join(args, " "), err, printed)
 	}
 	t.Logf("cosign %s: %v", args[0], time.Since(start).Round(time.Millisecond))
+}
+
+// output runs cosign with args as run does and returns what it printed, the key's password
+// masked, and how it ended.
+func (c *CosignCLI) output(key *CosignCLIKey, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.bin, args...)
+	cmd.Dir = key.dir
+	cmd.Env = append(append([]string{}, c.env...), "COSIGN_PASSWORD="+key.password)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return strings.ReplaceAll(out.String(), key.password, "<password>"), err
 }
 
 // CosignReplay copies the signature that `cosign sign` stored for image@from, in format, to
