@@ -181,7 +181,8 @@ func (e *Evaluator) logged(ctx context.Context, out PolicyOutcome, start time.Ti
 		out.Result = PolicyFailed
 	}
 	if out.Result != PolicyNotFound {
-		metrics.RecordReconcile(metrics.KindImagePolicy, out.Namespace, out.Name, out.suspended, out.deleting, out.Duration)
+		metrics.RecordReconcile(metrics.Reconcile{Kind: metrics.KindImagePolicy, Namespace: out.Namespace,
+			Name: out.Name, Suspended: out.suspended, Deleting: out.deleting, Took: out.Duration})
 	}
 	attrs := []any{"namespace", out.Namespace, "name", out.Name, "outcome", out.Result,
 		"duration", out.Duration}
@@ -233,16 +234,16 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	if cross && e.NoCrossNamespaceRefs {
 		// Refused before anything of the other namespace is read, as Flux does; only a spec
 		// change cures it.
-		return e.refuse(ctx, pol, token, true, "cross-namespace references are blocked", fmt.Errorf(
+		return e.refuse(ctx, pol, true, "cross-namespace references are blocked", fmt.Errorf(
 			"failed to get the referred ImageRepository: cannot access '%s/%s/%s', cross-namespace references have been blocked",
 			v1.ImageRepositoryKind, repoNS, repoName))
 	}
 	repo, err := w.repositoryFor(ctx, pol, repoNS, repoName)
 	if apierrors.IsNotFound(err) {
 		if cross {
-			return e.refuse(ctx, pol, token, false, "the ImageRepository does not exist", crossNamespaceDenied(pol, repoNS, repoName))
+			return e.refuse(ctx, pol, false, "the ImageRepository does not exist", crossNamespaceDenied(pol, repoNS, repoName))
 		}
-		return e.fail(ctx, pol, token, v1.DependencyNotReadyReason, false, fmt.Errorf(
+		return e.fail(ctx, pol, v1.DependencyNotReadyReason, false, fmt.Errorf(
 			"failed to get the referred ImageRepository: referenced %s %s/%s does not exist",
 			v1.ImageRepositoryKind, repoNS, repoName))
 	}
@@ -253,34 +254,35 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	if denied, err := w.accessDenied(ctx, pol, repo); err != nil {
 		return out, err
 	} else if denied != nil {
-		return e.refuse(ctx, pol, token, false, denied.Error(), crossNamespaceDenied(pol, repoNS, repoName))
+		return e.refuse(ctx, pol, false, denied.Error(), crossNamespaceDenied(pol, repoNS, repoName))
 	}
 	// Only tags listed for the repository as it is now may be used: after a recreation or an
 	// edit whose scan has not succeeded yet, the stored ones belong to another image or list.
 	id, err := RepositoryIdentity(repo)
 	if err != nil {
-		return e.fail(ctx, pol, token, v1.ImageURLInvalidReason, true, err)
+		return e.fail(ctx, pol, v1.ImageURLInvalidReason, true, err)
 	}
 	sel, err := policy.NewSelector(pol.Spec)
 	if err != nil {
-		return e.fail(ctx, pol, token, v1.InvalidPolicyReason, true, err)
+		return e.fail(ctx, pol, v1.InvalidPolicyReason, true, err)
 	}
 	var iv ImageVerifier
 	if pol.Spec.Verify != nil {
 		if iv, err = e.verifierOf(ctx, pol); err != nil {
-			return e.fail(ctx, pol, token, v1.VerificationErrorReason, errors.Is(err, errVerifyConfig), err)
+			return e.fail(ctx, pol, v1.VerificationErrorReason, errors.Is(err, errVerifyConfig), err)
 		}
 	}
-	if out, ok, err := e.advance(ctx, w, pol, token, repo, id, sel, iv); ok {
+	ev := evaluation{pol: pol, repo: repo, sel: sel, iv: iv}
+	if out, ok, err := e.advance(ctx, w, ev, id); ok {
 		return out, err
 	}
 	key := StoreKey(repoNS, repoName)
 	rev, err := w.revision(key, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return e.failNoTags(ctx, pol, token, repo, err)
+		return e.failNoTags(ctx, pol, repo, err)
 	case err != nil:
-		return e.failStore(ctx, pol, token, err)
+		return e.failStore(ctx, pol, err)
 	}
 	inputs := policyInputs{uid: string(pol.UID), generation: pol.Generation, request: token,
 		revision: rev, image: repo.Spec.Image}
@@ -295,11 +297,11 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	entry, err := w.entry(key, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return e.failNoTags(ctx, pol, token, repo, err)
+		return e.failNoTags(ctx, pol, repo, err)
 	case err != nil:
-		return e.failStore(ctx, pol, token, err)
+		return e.failStore(ctx, pol, err)
 	case len(entry.Tags) == 0:
-		return e.failNoTags(ctx, pol, token, repo, nil)
+		return e.failNoTags(ctx, pol, repo, nil)
 	}
 	inputs.revision = entry.Revision
 	read.revision = entry.Revision
@@ -308,21 +310,39 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 		if w.delta != nil && w.delta.id == id {
 			d = w.delta
 		}
-		return read.of(e.evaluateVerified(ctx, pol, token, repo, key, entry, d, sel, iv, inputs))
+		return read.of(e.evaluateVerified(ctx, ev, storedTags{key: key, entry: entry, d: d}, inputs))
 	}
 
 	markStep(ctx, "tags")
 	tag, err := sel.Latest(entry.Tags)
 	if err != nil {
 		// No candidate, or a numerical tag that does not parse: Flux's "Failure".
-		return read.of(e.fail(ctx, pol, token, v1.FailureReason, false, err))
+		return read.of(e.fail(ctx, pol, v1.FailureReason, false, err))
 	}
 	latest := &v1.ImageRef{Name: repo.Spec.Image, Tag: tag}
 	if latest.Digest, err = e.digest(ctx, pol, repo, latest); err != nil {
-		return e.fail(ctx, pol, token, registry.Reason(err), registry.Stalled(err), fmt.Errorf(
+		return e.fail(ctx, pol, registry.Reason(err), registry.Stalled(err), fmt.Errorf(
 			"failed fetching digest of %s: %w", latest.String(), err))
 	}
-	return read.of(e.succeed(ctx, pol, token, latest, inputs, ""))
+	return read.of(e.succeed(ctx, pol, latest, inputs, ""))
+}
+
+// evaluation is what the steps of one evaluation of a policy share: the policy as read, the
+// ImageRepository it refers to, and the selector and the verifier (nil without spec.verify) of
+// its spec.
+type evaluation struct {
+	pol  *v1.ImagePolicy
+	repo *v1.ImageRepository
+	sel  *policy.Selector
+	iv   ImageVerifier
+}
+
+// storedTags is a stored tag list that an evaluation selects from: entry, stored under key, and
+// d, when not nil, the verified delta that produced it.
+type storedTags struct {
+	key   string
+	entry store.Entry
+	d     *delta
 }
 
 // storeRead is the stored tag list an outcome was derived from: its key, identity and revision.
@@ -338,25 +358,25 @@ func (r storeRead) of(out PolicyOutcome, err error) (PolicyOutcome, error) {
 	return out, err
 }
 
-// evaluateVerified selects, among the stored tags of entry, the best whose signature verifies
-// under iv (d, when set, is the verified delta that produced entry), and writes the outcome:
+// evaluateVerified selects, among the stored tags, the best whose signature verifies under the
+// verifier of ev, and writes the outcome:
 // the selected tag, with the better tags it skipped named in the Ready message and a Warning
 // Event; or, when none of the best MaxVerifiedCandidates verifies, Ready=False with latestRef
 // kept as it is.
-func (e *Evaluator) evaluateVerified(ctx context.Context, pol *v1.ImagePolicy, token string, repo *v1.ImageRepository,
-	key string, entry store.Entry, d *delta, sel *policy.Selector, iv ImageVerifier, inputs policyInputs) (PolicyOutcome, error) {
-	tag, digest, skipped, checked, err := e.selectVerified(ctx, pol, repo, key, entry, d, sel, iv)
+func (e *Evaluator) evaluateVerified(ctx context.Context, ev evaluation, stored storedTags, inputs policyInputs) (PolicyOutcome, error) {
+	pol, repo := ev.pol, ev.repo
+	tag, digest, skipped, checked, err := e.selectVerified(ctx, ev, stored)
 	var regErr *registry.Error
 	switch {
 	case errors.As(err, &regErr):
-		return e.fail(ctx, pol, token, registry.Reason(err), registry.Stalled(err), err)
+		return e.fail(ctx, pol, registry.Reason(err), registry.Stalled(err), err)
 	case err != nil && (errors.Is(err, policy.ErrNoCandidates) || tag == "" && checked == 0):
-		return e.fail(ctx, pol, token, v1.FailureReason, false, err)
+		return e.fail(ctx, pol, v1.FailureReason, false, err)
 	case err != nil:
 		// The verifier could not read the registry: a retry may get a verdict.
-		return e.fail(ctx, pol, token, v1.ReadOperationFailedReason, false, err)
+		return e.fail(ctx, pol, v1.ReadOperationFailedReason, false, err)
 	case tag == "":
-		return e.fail(ctx, pol, token, v1.VerificationErrorReason, false, fmt.Errorf(
+		return e.fail(ctx, pol, v1.VerificationErrorReason, false, fmt.Errorf(
 			"no signature verifies for any of the %d best tags, so latestRef is kept: %s", checked, describeSkipped(skipped)))
 	}
 	latest := &v1.ImageRef{Name: repo.Spec.Image, Tag: tag}
@@ -365,7 +385,7 @@ func (e *Evaluator) evaluateVerified(ctx context.Context, pol *v1.ImagePolicy, t
 	if len(skipped) > 0 {
 		note = skippedNote + describeSkipped(skipped)
 	}
-	return e.succeed(ctx, pol, token, latest, inputs, note)
+	return e.succeed(ctx, pol, latest, inputs, note)
 }
 
 // finalize lets a policy being deleted go, suspended or not: Flux's finalizer, which reflector
@@ -404,10 +424,11 @@ func (e *Evaluator) digest(ctx context.Context, pol *v1.ImagePolicy, repo *v1.Im
 	return scan.Head(ctx, latest.Tag)
 }
 
-// succeed writes a successful evaluation: latestRef (and observedPreviousRef when it changes)
-// and Ready=True with Flux's message, followed by note when there is one; a note that is new
-// is also a Warning Event.
-func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token string, latest *v1.ImageRef, inputs policyInputs, note string) (PolicyOutcome, error) {
+// succeed writes a successful evaluation from inputs: latestRef (and observedPreviousRef when
+// it changes), the reconcile request handled, and Ready=True with Flux's message, followed by
+// note when there is one; a note that is new is also a Warning Event.
+func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, latest *v1.ImageRef, inputs policyInputs, note string) (PolicyOutcome, error) {
+	token := inputs.request
 	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicySucceeded, Latest: latest}
 	var wasReady bool
 	var oldMessage string
@@ -439,8 +460,8 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 		markSucceeded(&st.Conditions, pol.Generation, withNote(readyMessage(st), note))
 		// The cron reconciler compares this with the repository's revision to find policies
 		// whose TagsChanged event was lost.
-		set(&st.Conditions, pol.Generation, v1.TagsEvaluatedCondition, metav1.ConditionTrue,
-			v1.EvaluatedReason, inputs.revision)
+		set(&st.Conditions, metav1.Condition{Type: v1.TagsEvaluatedCondition, Status: metav1.ConditionTrue, Reason: v1.EvaluatedReason,
+			Message: inputs.revision, ObservedGeneration: pol.Generation})
 		return nil
 	})
 	if err != nil {
@@ -486,13 +507,13 @@ func readyMessage(st *v1.ImagePolicyStatus) string {
 
 // fail writes a failed evaluation, leaving latestRef and observedPreviousRef as they are
 // (statusWriter.fail).
-func (e *Evaluator) fail(ctx context.Context, pol *v1.ImagePolicy, token, reason string, stalled bool, cause error) (PolicyOutcome, error) {
+func (e *Evaluator) fail(ctx context.Context, pol *v1.ImagePolicy, reason string, stalled bool, cause error) (PolicyOutcome, error) {
 	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicyFailed,
 		Latest: pol.Status.LatestRef, Reason: reason, Message: failureMessage(cause)}
 	if stalled {
 		out.Result = PolicyStalled
 	}
-	updated, err := e.status().fail(ctx, pol, token, reason, stalled, out.Message)
+	updated, err := e.status().fail(ctx, pol, reason, stalled, out.Message)
 	out.Latest = updated.Status.LatestRef
 	return out, err
 }
@@ -512,7 +533,8 @@ func crossNamespaceDenied(pol *v1.ImagePolicy, repoNS, repoName string) error {
 // tags changing, its creation or deletion), so writing each of them would tell the policy's
 // namespace what happens there. why, which may name what the answer hides, goes only to the
 // function's log.
-func (e *Evaluator) refuse(ctx context.Context, pol *v1.ImagePolicy, token string, stalled bool, why string, cause error) (PolicyOutcome, error) {
+func (e *Evaluator) refuse(ctx context.Context, pol *v1.ImagePolicy, stalled bool, why string, cause error) (PolicyOutcome, error) {
+	token, _ := kube.ReconcileRequest(pol.Annotations)
 	logger(e.Log).InfoContext(ctx, "cross-namespace reference refused", "namespace", pol.Namespace, "name", pol.Name,
 		"repository", pol.RepositoryNamespace()+"/"+pol.Spec.ImageRepositoryRef.Name, "why", why)
 	message := failureMessage(cause)
@@ -529,14 +551,14 @@ func (e *Evaluator) refuse(ctx context.Context, pol *v1.ImagePolicy, token strin
 		}
 		return out, nil
 	}
-	return e.fail(ctx, pol, token, v1.AccessDeniedReason, stalled, cause)
+	return e.fail(ctx, pol, v1.AccessDeniedReason, stalled, cause)
 }
 
 // failNoTags reports a repository without stored tags for it as it is now; cause is the store's
 // answer, if any. It never touches latestRef: an empty or lost store (a restart, a fresh volume)
 // must not look like a repository without images, and tags listed for another identity must
 // not be written with this repository's image.
-func (e *Evaluator) failNoTags(ctx context.Context, pol *v1.ImagePolicy, token string, repo *v1.ImageRepository, cause error) (PolicyOutcome, error) {
+func (e *Evaluator) failNoTags(ctx context.Context, pol *v1.ImagePolicy, repo *v1.ImageRepository, cause error) (PolicyOutcome, error) {
 	why, reason := "it has not been scanned yet", v1.DependencyNotReadyReason
 	switch {
 	case errors.Is(cause, store.ErrOtherIdentity):
@@ -545,14 +567,14 @@ func (e *Evaluator) failNoTags(ctx context.Context, pol *v1.ImagePolicy, token s
 		// Its tags were lost with a damaged store; the cron reconciler has it scanned again.
 		why, reason = fmt.Sprintf("they were lost when the tag store was found damaged and rebuilt; waiting for its next scan (%v)", cause), v1.TagStoreDamagedReason
 	}
-	return e.fail(ctx, pol, token, reason, false, fmt.Errorf(
+	return e.fail(ctx, pol, reason, false, fmt.Errorf(
 		"no tags in the tag store for %s %s/%s: %s", v1.ImageRepositoryKind, repo.Namespace, repo.Name, why))
 }
 
 // failStore reports a tag store that could not be read and returns the read error as well, so
 // that the request is delivered again.
-func (e *Evaluator) failStore(ctx context.Context, pol *v1.ImagePolicy, token string, cause error) (PolicyOutcome, error) {
-	out, err := e.fail(ctx, pol, token, StoreReason(cause), false, fmt.Errorf(
+func (e *Evaluator) failStore(ctx context.Context, pol *v1.ImagePolicy, cause error) (PolicyOutcome, error) {
+	out, err := e.fail(ctx, pol, StoreReason(cause), false, fmt.Errorf(
 		"failed to read tags from the tag store: %w", cause))
 	return out, errors.Join(fmt.Errorf("ImagePolicy %s/%s: %w", pol.Namespace, pol.Name, cause), err)
 }

@@ -150,20 +150,20 @@ func (p *pending) joinable() bool {
 // one follow-up scan and Scan returns at once. A follow-up that lists pushed tags waits until
 // requests stop arriving (see burstQuiet), so that a burst of pushes costs one listing.
 func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) (ScanOutcome, error) {
-	return s.run(ctx, namespace, name, nil, hint, time.Time{})
+	return s.run(ctx, scanRequest{namespace: namespace, name: name, hint: hint})
 }
 
 // ScanObject is Scan of repo, as the caller has just read or written it: the scan uses it instead
 // of reading the object again. A follow-up scan reads the object afresh.
 func (s *Scanner) ScanObject(ctx context.Context, repo *v1.ImageRepository, hint *Hint) (ScanOutcome, error) {
-	return s.run(ctx, repo.Namespace, repo.Name, repo, hint, time.Time{})
+	return s.run(ctx, scanRequest{namespace: repo.Namespace, name: repo.Name, read: repo, hint: hint})
 }
 
 // ScanRecorded is ScanObject of repo as the caller's own reconcile-request patch, sent at sent
 // (taken before the request went out), returned it: a request recorded in the object, which
 // later requests may join (Join).
 func (s *Scanner) ScanRecorded(ctx context.Context, repo *v1.ImageRepository, hint *Hint, sent time.Time) (ScanOutcome, error) {
-	return s.run(ctx, repo.Namespace, repo.Name, repo, hint, sent)
+	return s.run(ctx, scanRequest{namespace: repo.Namespace, name: repo.Name, read: repo, hint: hint, sent: sent})
 }
 
 // ScanBeside scans namespace/name while rec's reconcile-request patch is on its way: it reads
@@ -171,7 +171,7 @@ func (s *Scanner) ScanRecorded(ctx context.Context, repo *v1.ImageRepository, hi
 // status only after the patch has returned (see Recording). A request that joins a scan already
 // running returns at once, as with Scan.
 func (s *Scanner) ScanBeside(ctx context.Context, namespace, name string, hint *Hint, rec *Recording) (ScanOutcome, error) {
-	return s.runFor(ctx, namespace, name, nil, hint, rec.sent, rec)
+	return s.run(ctx, scanRequest{namespace: namespace, name: name, hint: hint, sent: rec.sent, rec: rec})
 }
 
 // Join merges a request for namespace/name into the follow-up scan already collected for it,
@@ -222,15 +222,23 @@ func (s *Scanner) Warm() {
 	}
 }
 
-// run scans namespace/name, starting from read when it is not nil; sent is when the request's
-// own reconcile-request patch was sent, zero for a request that did not record itself.
-func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint, sent time.Time) (ScanOutcome, error) {
-	return s.runFor(ctx, namespace, name, read, hint, sent, nil)
+// scanRequest is one request to scan namespace/name.
+type scanRequest struct {
+	namespace, name string
+	// read, when not nil, is the object as the caller has just read or written it, which the
+	// scan starts from.
+	read *v1.ImageRepository
+	hint *Hint
+	// sent is when the request's own reconcile-request patch was sent, zero for a request that
+	// did not record itself; rec, when not nil, is that patch, still on its way.
+	sent time.Time
+	rec  *Recording
 }
 
-// runFor is run of a request whose reconcile-request patch, when rec is not nil, is still on
-// its way.
-func (s *Scanner) runFor(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint, sent time.Time, rec *Recording) (ScanOutcome, error) {
+// run scans as req asks, or merges req into the follow-up of a scan of the same repository
+// that is running.
+func (s *Scanner) run(ctx context.Context, req scanRequest) (ScanOutcome, error) {
+	namespace, name, hint, sent, rec := req.namespace, req.name, req.hint, req.sent, req.rec
 	key := StoreKey(namespace, name)
 	s.mu.Lock()
 	if s.running == nil {
@@ -265,8 +273,8 @@ func (s *Scanner) runFor(ctx context.Context, namespace, name string, read *v1.I
 	s.mu.Unlock()
 
 	for {
-		out, err := s.scan(ctx, namespace, name, read, hint, p, rec)
-		read, rec = nil, nil
+		out, err := s.scan(ctx, req, p)
+		req.read, req.rec = nil, nil
 		s.mu.Lock()
 		if p.requested && ctx.Err() == nil && p.hint != nil && s.lists(p.hint, out.TagCount) {
 			s.mu.Unlock()
@@ -281,7 +289,7 @@ func (s *Scanner) runFor(ctx context.Context, namespace, name string, read *v1.I
 		s.mu.Unlock()
 		s.awaitRecorded(ctx, p)
 		s.mu.Lock()
-		hint = p.hint
+		req.hint = p.hint
 		ctx = trace.Copy(ctx, p.trace)
 		p.requested, p.hint, p.trace = false, nil, nil
 		p.read, p.recorded, p.recs = time.Time{}, time.Time{}, nil
@@ -394,7 +402,9 @@ func mergeHints(waiting bool, a, b *Hint) *Hint {
 	return &Hint{Tags: tags, More: more}
 }
 
-func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint, p *pending, rec *Recording) (out ScanOutcome, err error) {
+// scan runs one scan of req; p collects the requests that arrive meanwhile.
+func (s *Scanner) scan(ctx context.Context, req scanRequest, p *pending) (out ScanOutcome, err error) {
+	namespace, name, read, hint, rec := req.namespace, req.name, req.read, req.hint, req.rec
 	now := clock(s.Now)
 	start := now()
 	var repo *v1.ImageRepository
@@ -405,10 +415,10 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	defer func() {
 		took := now().Sub(start)
 		if repo != nil {
-			metrics.RecordReconcile(metrics.KindImageRepository, namespace, name, repo.Spec.Suspend,
-				!repo.DeletionTimestamp.IsZero(), took)
+			metrics.RecordReconcile(metrics.Reconcile{Kind: metrics.KindImageRepository, Namespace: namespace,
+				Name: name, Suspended: repo.Spec.Suspend, Deleting: !repo.DeletionTimestamp.IsZero(), Took: took})
 		}
-		err = s.logScan(ctx, namespace, name, took, hint, out, err)
+		err = s.logScan(ctx, req, took, out, err)
 	}()
 
 	repo, out, err = s.readRepository(ctx, namespace, name, read, rec)
@@ -429,7 +439,6 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	if repo.Spec.Suspend {
 		return ScanOutcome{Skipped: SkippedSuspended}, s.status().acknowledge(ctx, repo)
 	}
-	token := repo.Annotations[v1.ReconcileRequestAnnotation]
 	// settle waits, for a scan that runs beside its request's patch, until the patch returned,
 	// and moves the status write onto the object it returned; false means no status is to be
 	// written (Scanner.recorded).
@@ -442,14 +451,14 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		if recorded == nil {
 			return false, err
 		}
-		repo, token = recorded, recorded.Annotations[v1.ReconcileRequestAnnotation]
+		repo = recorded
 		return true, nil
 	}
 	failed := func(reason string, stalled bool, cause error) (ScanOutcome, error) {
 		if ok, err := settle(); !ok {
 			return ScanOutcome{Failure: reason, Stalled: stalled}, err
 		}
-		return s.fail(ctx, repo, token, reason, stalled, cause)
+		return s.fail(ctx, repo, reason, stalled, cause)
 	}
 
 	id, err := RepositoryIdentity(repo)
@@ -487,12 +496,13 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		return out, err
 	}
 	markStep(ctx, "recorded")
-	return out, s.record(ctx, repo, token, id.Image, res, out)
+	return out, s.record(ctx, repo, id.Image, res, out)
 }
 
-// logScan logs the scan of namespace/name: what it found, how long it and its steps took, or
-// its error, which it returns redacted for the callers that log it and answer with it.
-func (s *Scanner) logScan(ctx context.Context, namespace, name string, took time.Duration, hint *Hint, out ScanOutcome, err error) error {
+// logScan logs the scan of req: what it found, how long it and its steps took, or its error,
+// which it returns redacted for the callers that log it and answer with it.
+func (s *Scanner) logScan(ctx context.Context, req scanRequest, took time.Duration, out ScanOutcome, err error) error {
+	namespace, name, hint := req.namespace, req.name, req.hint
 	attrs := []any{"namespace", namespace, "name", name, "duration", took}
 	if out.Skipped != "" {
 		attrs = append(attrs, "skipped", out.Skipped)
@@ -800,10 +810,11 @@ func (res stored) delta(id store.Identity) *events.TagsDelta {
 	return d
 }
 
-// record writes the status of a scan of repo that stored res: the scan result, the request
-// handled, and Ready=True. The tags are stored and announced: the status records them even when
+// record writes the status of a scan of repo that stored res: the scan result, the reconcile
+// request repo carries as handled, and Ready=True. The tags are stored and announced: the status records them even when
 // the caller has given up since, as the evaluator's and a failure's writes do.
-func (s *Scanner) record(ctx context.Context, repo *v1.ImageRepository, token, canonical string, res stored, out ScanOutcome) error {
+func (s *Scanner) record(ctx context.Context, repo *v1.ImageRepository, canonical string, res stored, out ScanOutcome) error {
+	token, _ := kube.ReconcileRequest(repo.Annotations)
 	entry := res.entry
 	message := scanMessage(len(entry.Tags), res.invalid)
 	wctx, cancel := writeContext(ctx)
@@ -951,8 +962,8 @@ func listed(ctx context.Context, sc *registry.Scan, res registry.Result, pushed 
 
 // fail records a failed scan in the status, keeping the stored tags and the previous
 // lastScanResult (statusWriter.fail).
-func (s *Scanner) fail(ctx context.Context, repo *v1.ImageRepository, token, reason string, stalled bool, cause error) (ScanOutcome, error) {
-	_, err := s.status().fail(ctx, repo, token, reason, stalled, failureMessage(cause))
+func (s *Scanner) fail(ctx context.Context, repo *v1.ImageRepository, reason string, stalled bool, cause error) (ScanOutcome, error) {
+	_, err := s.status().fail(ctx, repo, reason, stalled, failureMessage(cause))
 	return ScanOutcome{Failure: reason, Stalled: stalled}, err
 }
 
