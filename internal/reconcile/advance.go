@@ -140,21 +140,17 @@ func (e *Evaluator) advance(ctx context.Context, w *policyWorld, ev evaluation, 
 	inputs := policyInputs{uid: string(pol.UID), generation: pol.Generation, request: token,
 		revision: d.to, image: repo.Spec.Image}
 	var latest v1.ImageRef
-	note := ""
+	var skipped []skippedTag
 	if iv != nil {
-		var skipped []skippedTag
 		if latest, skipped, ok = e.advanceVerified(ctx, ev, StoreKey(repo.Namespace, repo.Name), d); !ok {
 			return PolicyOutcome{}, false, nil
-		}
-		if len(skipped) > 0 {
-			note = skippedNote + describeSkipped(skipped)
 		}
 		inputs.verifier = iv.ID()
 	} else if latest, ok = Advance(sel, pol.GetDigestReflectionPolicy(), *pol.Status.LatestRef, d.tags, d.digests); !ok {
 		return PolicyOutcome{}, false, nil
 	}
 	markStep(ctx, "advanced")
-	out, err = e.succeed(ctx, pol, &latest, inputs, note)
+	out, err = e.succeed(ctx, pol, &latest, inputs, skipped)
 	return out, true, err
 }
 

@@ -324,7 +324,7 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 		return e.fail(ctx, pol, registry.Reason(err), registry.Stalled(err), fmt.Errorf(
 			"failed fetching digest of %s: %w", latest.String(), err))
 	}
-	return read.of(e.succeed(ctx, pol, latest, inputs, ""))
+	return read.of(e.succeed(ctx, pol, latest, inputs, nil))
 }
 
 // evaluation is what the steps of one evaluation of a policy share: the policy as read, the
@@ -381,11 +381,7 @@ func (e *Evaluator) evaluateVerified(ctx context.Context, ev evaluation, stored 
 	}
 	latest := &v1.ImageRef{Name: repo.Spec.Image, Tag: tag}
 	latest.Digest = verifiedDigest(pol, latest, digest)
-	note := ""
-	if len(skipped) > 0 {
-		note = skippedNote + describeSkipped(skipped)
-	}
-	return e.succeed(ctx, pol, latest, inputs, note)
+	return e.succeed(ctx, pol, latest, inputs, skipped)
 }
 
 // finalize lets a policy being deleted go, suspended or not: Flux's finalizer, which reflector
@@ -425,10 +421,16 @@ func (e *Evaluator) digest(ctx context.Context, pol *v1.ImagePolicy, repo *v1.Im
 }
 
 // succeed writes a successful evaluation from inputs: latestRef (and observedPreviousRef when
-// it changes), the reconcile request handled, and Ready=True with Flux's message, followed by
-// note when there is one; a note that is new is also a Warning Event.
-func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, latest *v1.ImageRef, inputs policyInputs, note string) (PolicyOutcome, error) {
+// it changes), the reconcile request handled, Ready=True with Flux's message, followed by a note
+// that names the better tags skipped for their signatures, if any (a note that is new is also a
+// Warning Event), and TagsEvaluated with the revision read and whether tags were skipped.
+func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, latest *v1.ImageRef, inputs policyInputs, skipped []skippedTag) (PolicyOutcome, error) {
 	token := inputs.request
+	note := skippedNoteOf(skipped)
+	evaluated := v1.EvaluatedReason
+	if len(skipped) > 0 {
+		evaluated = v1.SkippedUnverifiedReason
+	}
 	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicySucceeded, Latest: latest}
 	var wasReady bool
 	var oldMessage string
@@ -460,7 +462,7 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, latest *v1
 		markSucceeded(&st.Conditions, pol.Generation, withNote(readyMessage(st), note))
 		// The cron reconciler compares this with the repository's revision to find policies
 		// whose TagsChanged event was lost.
-		set(&st.Conditions, metav1.Condition{Type: v1.TagsEvaluatedCondition, Status: metav1.ConditionTrue, Reason: v1.EvaluatedReason,
+		set(&st.Conditions, metav1.Condition{Type: v1.TagsEvaluatedCondition, Status: metav1.ConditionTrue, Reason: evaluated,
 			Message: inputs.revision, ObservedGeneration: pol.Generation})
 		return nil
 	})
@@ -528,8 +530,9 @@ func crossNamespaceDenied(pol *v1.ImagePolicy, repoNS, repoName string) error {
 
 // refuse records that pol may not use the ImageRepository of another namespace it refers to
 // (reason AccessDenied, Stalled when stalled), as fail does, unless its status already reports
-// exactly that for its generation and its reconcile request: then nothing is written and no
-// Event recorded. Evaluations that repeat a refusal follow the other namespace's repository (its
+// that refusal for its generation and its reconcile request: then nothing is written and no
+// Event recorded. The reason, the stall and the generation tell that refusal; the message
+// follows from them and the spec, and is not read. Evaluations that repeat a refusal follow the other namespace's repository (its
 // tags changing, its creation or deletion), so writing each of them would tell the policy's
 // namespace what happens there. why, which may name what the answer hides, goes only to the
 // function's log.
@@ -541,7 +544,7 @@ func (e *Evaluator) refuse(ctx context.Context, pol *v1.ImagePolicy, stalled boo
 	st := &pol.Status
 	ready := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition)
 	if ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == v1.AccessDeniedReason &&
-		ready.Message == message && ready.ObservedGeneration == pol.Generation && st.ObservedGeneration == pol.Generation &&
+		ready.ObservedGeneration == pol.Generation && st.ObservedGeneration == pol.Generation &&
 		apimeta.IsStatusConditionTrue(st.Conditions, v1.StalledCondition) == stalled &&
 		(token == "" || token == st.LastHandledReconcileAt) {
 		out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicyFailed,

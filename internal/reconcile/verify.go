@@ -146,12 +146,21 @@ type skippedTag struct{ tag, reason string }
 // skipped (describeSkipped).
 const skippedNote = "skipped newer tags whose signature does not verify: "
 
-// skippedUnverified tells whether the Ready condition of conds is True and names tags that the
-// evaluation skipped because their signatures did not verify: they may be signed later, so the
-// policy is evaluated again (PolicyDue's DueUnverified, and unchanged never holds).
+// skippedUnverified tells whether the Ready condition of conds is True and the evaluation that
+// made it so skipped tags because their signatures did not verify (TagsEvaluated's reason
+// SkippedUnverified, written with Ready): they may be signed later, so the policy is evaluated
+// again (PolicyDue's DueUnverified, and unchanged never holds).
 func skippedUnverified(conds []metav1.Condition) bool {
-	ready := apimeta.FindStatusCondition(conds, v1.ReadyCondition)
-	return ready != nil && ready.Status == metav1.ConditionTrue && strings.Contains(ready.Message, skippedNote)
+	ev := apimeta.FindStatusCondition(conds, v1.TagsEvaluatedCondition)
+	return apimeta.IsStatusConditionTrue(conds, v1.ReadyCondition) && ev != nil && ev.Reason == v1.SkippedUnverifiedReason
+}
+
+// skippedNoteOf is the note of a Ready message that names the tags in skipped, if any.
+func skippedNoteOf(skipped []skippedTag) string {
+	if len(skipped) == 0 {
+		return ""
+	}
+	return skippedNote + describeSkipped(skipped)
 }
 
 func describeSkipped(skipped []skippedTag) string {

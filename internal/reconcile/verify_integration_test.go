@@ -692,5 +692,10 @@ func (f *evalFixture) evaluateSkips(t *testing.T, ns, name, tag string) *v1.Imag
 	}
 	p := f.get(t, ns, name)
 	checkReady(t, p, wantReady{metav1.ConditionTrue, v1.SucceededReason, "resolved to " + tag + "; skipped newer tags", false})
+	// The cron reconciler and the evaluator learn of the skipped tags from the reason, not from
+	// the message.
+	if c := apimeta.FindStatusCondition(p.Status.Conditions, v1.TagsEvaluatedCondition); c == nil || c.Reason != v1.SkippedUnverifiedReason {
+		t.Errorf("%s = %+v, want reason %s", v1.TagsEvaluatedCondition, c, v1.SkippedUnverifiedReason)
+	}
 	return p
 }
