@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilclock "k8s.io/utils/clock"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
@@ -19,6 +20,7 @@ import (
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/policy"
+	"github.com/imagereflector/reflector/internal/reconcile/coalesce"
 	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
@@ -114,18 +116,16 @@ type Scanner struct {
 	// without it, the scan reads the watch cache.
 	Cached CachedRepositories
 
-	mu      sync.Mutex
-	running map[string]*pending
+	queueOnce sync.Once
+	queue     *coalesce.Queue[string, followUp]
 }
 
-// pending collects the requests that arrive while a scan of the same repository runs.
-type pending struct {
-	requested bool
-	hint      *Hint
+// followUp is what the requests collected while a scan of a repository runs add up to: the
+// follow-up scan that they cause.
+type followUp struct {
+	hint *Hint
 	// trace is the trace of the latest request, which the follow-up scan continues.
 	trace context.Context
-	// first and last are when the first and the latest of the collected requests arrived.
-	first, last time.Time
 	// read is when the running scan had its object; zero until it has. recorded is the latest
 	// time at which a collected request's own reconcile-request patch was sent. See joinable.
 	read, recorded time.Time
@@ -135,14 +135,36 @@ type pending struct {
 	recs []*Recording
 }
 
+// mergeFollowUp adds the request req to the follow-up f (some tells whether f collected any
+// request yet): a full listing absorbs any hint (mergeHints), the latest request's trace is
+// continued, and the times and patches add up. The running scan's read stays.
+func mergeFollowUp(f followUp, some bool, req followUp) followUp {
+	f.hint = mergeHints(some, f.hint, req.hint)
+	f.trace = req.trace
+	if req.recorded.After(f.recorded) {
+		f.recorded = req.recorded
+	}
+	f.recs = append(f.recs, req.recs...)
+	return f
+}
+
 // joinable tells whether a request may join the collected ones without recording its own: the
 // follow-up scan has not started, and one of its requests was recorded by a patch sent after
 // the running scan had its object. That patch reached the apiserver after the object the
 // running scan works from was read, so the running scan does not mark its request handled, and
 // the object keeps a request unhandled until a scan that starts later, the follow-up, handles
 // it.
-func (p *pending) joinable() bool {
-	return p.requested && !p.read.IsZero() && p.recorded.After(p.read)
+func (f followUp) joinable() bool {
+	return !f.read.IsZero() && f.recorded.After(f.read)
+}
+
+// scans returns the queue that runs one scan per repository at a time and coalesces the
+// requests that arrive meanwhile.
+func (s *Scanner) scans() *coalesce.Queue[string, followUp] {
+	s.queueOnce.Do(func() {
+		s.queue = coalesce.New[string](utilclock.RealClock{}, mergeFollowUp)
+	})
+	return s.queue
 }
 
 // Scan scans namespace/name. With a hint it may add the pushed tags incrementally; without one
@@ -159,13 +181,6 @@ func (s *Scanner) ScanObject(ctx context.Context, repo *v1.ImageRepository, hint
 	return s.run(ctx, scanRequest{namespace: repo.Namespace, name: repo.Name, read: repo, hint: hint})
 }
 
-// ScanRecorded is ScanObject of repo as the caller's own reconcile-request patch, sent at sent
-// (taken before the request went out), returned it: a request recorded in the object, which
-// later requests may join (Join).
-func (s *Scanner) ScanRecorded(ctx context.Context, repo *v1.ImageRepository, hint *Hint, sent time.Time) (ScanOutcome, error) {
-	return s.run(ctx, scanRequest{namespace: repo.Namespace, name: repo.Name, read: repo, hint: hint, sent: sent})
-}
-
 // ScanBeside scans namespace/name while rec's reconcile-request patch is on its way: it reads
 // the object, confirms and stores the pushed tags and announces them at once, and writes the
 // status only after the patch has returned (see Recording). A request that joins a scan already
@@ -176,42 +191,32 @@ func (s *Scanner) ScanBeside(ctx context.Context, namespace, name string, hint *
 
 // Join merges a request for namespace/name into the follow-up scan already collected for it,
 // when a request recorded in the object after the running scan read it is among those collected
-// (see pending.joinable), and reports whether it did. A joined request needs no record of its
+// (see followUp.joinable), and reports whether it did. A joined request needs no record of its
 // own: the follow-up scan starts after the join, and when the process stops before it does, the
 // request that the object still carries unhandled makes the cron reconciler scan. When Join
-// reports false, the caller records the request and calls ScanRecorded.
+// reports false, the caller records the request and scans beside its patch (ScanBeside).
 func (s *Scanner) Join(ctx context.Context, namespace, name string, hint *Hint) bool {
-	s.mu.Lock()
-	p, ok := s.running[StoreKey(namespace, name)]
-	if !ok || !p.joinable() {
-		s.mu.Unlock()
+	if !s.scans().Join(StoreKey(namespace, name), followUp{hint: hint, trace: ctx}, followUp.joinable) {
 		return false
 	}
-	s.collect(ctx, p, hint)
-	s.mu.Unlock()
 	logger(s.Log).InfoContext(ctx, "scan", "namespace", namespace, "name", name, "skipped", SkippedCoalesced)
 	return true
 }
 
-// collect adds a request to p. s.mu is held.
-func (s *Scanner) collect(ctx context.Context, p *pending, hint *Hint) {
-	// Waits are measured in real time, whatever clock the status is written with.
-	now := time.Now()
-	if !p.requested {
-		p.first = now
-	}
-	p.hint = mergeHints(p.requested, p.hint, hint)
-	p.requested = true
-	p.trace = ctx
-	p.last = now
+// haveObject records that the running scan of key has its object, at a time no earlier than
+// when it was read.
+func (s *Scanner) haveObject(key string) {
+	s.scans().With(key, func(f *followUp, _ bool) { f.read = time.Now() })
 }
 
-// haveObject records that the running scan has its object, at a time no earlier than when it
-// was read.
-func (s *Scanner) haveObject(p *pending) {
-	s.mu.Lock()
-	p.read = time.Now()
-	s.mu.Unlock()
+// recordedAt records that the patch rec of a request collected for key, sent at sent, has
+// returned, while the follow-up it was collected for has not started.
+func (s *Scanner) recordedAt(key string, rec *Recording, sent time.Time) {
+	s.scans().With(key, func(f *followUp, _ bool) {
+		if slices.Contains(f.recs, rec) && sent.After(f.recorded) {
+			f.recorded = sent
+		}
+	})
 }
 
 // Warm readies the tag store for a scan that is about to start (store.Store.Warm): the scan
@@ -238,78 +243,60 @@ type scanRequest struct {
 // run scans as req asks, or merges req into the follow-up of a scan of the same repository
 // that is running.
 func (s *Scanner) run(ctx context.Context, req scanRequest) (ScanOutcome, error) {
-	namespace, name, hint, sent, rec := req.namespace, req.name, req.hint, req.sent, req.rec
-	key := StoreKey(namespace, name)
-	s.mu.Lock()
-	if s.running == nil {
-		s.running = map[string]*pending{}
+	key := StoreKey(req.namespace, req.name)
+	asked := followUp{hint: req.hint, trace: ctx}
+	if req.rec != nil {
+		asked.recs = []*Recording{req.rec}
+	} else {
+		asked.recorded = req.sent
 	}
-	if p, ok := s.running[key]; ok {
-		s.collect(ctx, p, hint)
-		switch {
-		case rec != nil:
+	if !s.scans().Request(key, asked) {
+		if rec := req.rec; rec != nil {
 			// A request whose patch is still on its way counts as recorded once the patch
 			// has returned, before its sender hears of it.
-			p.recs = append(p.recs, rec)
-			done, ok := rec.whenRecorded(func() {
-				s.mu.Lock()
-				if s.running[key] == p && slices.Contains(p.recs, rec) && sent.After(p.recorded) {
-					p.recorded = sent
-				}
-				s.mu.Unlock()
-			})
-			if done && ok && sent.After(p.recorded) {
-				p.recorded = sent
+			done, ok := rec.whenRecorded(func() { s.recordedAt(key, rec, req.sent) })
+			if done && ok {
+				s.recordedAt(key, rec, req.sent)
 			}
-		case sent.After(p.recorded):
-			p.recorded = sent
 		}
-		s.mu.Unlock()
-		logger(s.Log).InfoContext(ctx, "scan", "namespace", namespace, "name", name, "skipped", SkippedCoalesced)
+		logger(s.Log).InfoContext(ctx, "scan", "namespace", req.namespace, "name", req.name, "skipped", SkippedCoalesced)
 		return ScanOutcome{Skipped: SkippedCoalesced}, nil
 	}
-	p := &pending{}
-	s.running[key] = p
-	s.mu.Unlock()
 
 	for {
-		out, err := s.scan(ctx, req, p)
+		out, err := s.scan(ctx, req, key)
 		req.read, req.rec = nil, nil
-		s.mu.Lock()
-		if p.requested && ctx.Err() == nil && p.hint != nil && s.lists(p.hint, out.TagCount) {
-			s.mu.Unlock()
-			s.settle(ctx, p)
-			s.mu.Lock()
+		// A follow-up that lists waits for the burst of pushes that it answers to end.
+		var lists bool
+		s.scans().With(key, func(f *followUp, some bool) {
+			lists = some && f.hint != nil && s.lists(f.hint, out.TagCount)
+		})
+		if lists && ctx.Err() == nil {
+			s.scans().Settle(ctx, key, quietFor, burstWait)
 		}
-		if !p.requested || ctx.Err() != nil {
-			delete(s.running, key)
-			s.mu.Unlock()
+		if s.scans().Done(key, ctx.Err() != nil) {
 			return out, err
 		}
-		s.mu.Unlock()
-		s.awaitRecorded(ctx, p)
-		s.mu.Lock()
-		req.hint = p.hint
-		ctx = trace.Copy(ctx, p.trace)
-		p.requested, p.hint, p.trace = false, nil, nil
-		p.read, p.recorded, p.recs = time.Time{}, time.Time{}, nil
-		s.mu.Unlock()
+		s.awaitRecorded(ctx, key)
+		next := s.scans().Take(key)
+		req.hint = next.hint
+		ctx = trace.Copy(ctx, next.trace)
 	}
 }
 
-// awaitRecorded waits until the patches of the requests collected in p have returned, or ctx
+// awaitRecorded waits until the patches of the requests collected for key have returned, or ctx
 // ends; requests collected while it waits are waited for too.
-func (s *Scanner) awaitRecorded(ctx context.Context, p *pending) {
+func (s *Scanner) awaitRecorded(ctx context.Context, key string) {
 	for {
-		s.mu.Lock()
 		var open *Recording
-		for _, r := range p.recs {
-			if !r.finished() {
-				open = r
-				break
+		s.scans().With(key, func(f *followUp, _ bool) {
+			for _, r := range f.recs {
+				if !r.finished() {
+					open = r
+					break
+				}
 			}
-		}
-		s.mu.Unlock()
+		})
 		if open == nil {
 			return
 		}
@@ -336,32 +323,12 @@ const (
 	burstWait  = 30 * time.Second
 )
 
-// settle waits until the requests collected in p stop arriving, or ctx ends.
-func (s *Scanner) settle(ctx context.Context, p *pending) {
-	start := time.Now()
-	for {
-		s.mu.Lock()
-		now := time.Now()
-		quiet := buildQuiet
-		if p.hint == nil || p.hint.pushed() > burstTags {
-			quiet = burstQuiet
-		}
-		d := min(p.last.Add(quiet).Sub(now), p.first.Add(burstWait).Sub(now))
-		s.mu.Unlock()
-		if deadline, ok := ctx.Deadline(); ok {
-			d = min(d, start.Add(deadline.Sub(start)/2).Sub(now))
-		}
-		if d <= 0 {
-			return
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
+// quietFor is how long a follow-up f waits for the next request before it starts (see burstQuiet).
+func quietFor(f followUp) time.Duration {
+	if f.hint == nil || f.hint.pushed() > burstTags {
+		return burstQuiet
 	}
+	return buildQuiet
 }
 
 // lists tells whether a scan with hint lists every tag of a repository of about count tags:
@@ -402,8 +369,8 @@ func mergeHints(waiting bool, a, b *Hint) *Hint {
 	return &Hint{Tags: tags, More: more}
 }
 
-// scan runs one scan of req; p collects the requests that arrive meanwhile.
-func (s *Scanner) scan(ctx context.Context, req scanRequest, p *pending) (out ScanOutcome, err error) {
+// scan runs one scan of req, the request of the running job of key in s.scans().
+func (s *Scanner) scan(ctx context.Context, req scanRequest, key string) (out ScanOutcome, err error) {
 	namespace, name, read, hint, rec := req.namespace, req.name, req.read, req.hint, req.rec
 	now := clock(s.Now)
 	start := now()
@@ -427,11 +394,11 @@ func (s *Scanner) scan(ctx context.Context, req scanRequest, p *pending) (out Sc
 	}
 	markStep(ctx, "read")
 	if rec == nil {
-		s.haveObject(p)
-	} else if done, ok := rec.whenRecorded(func() { s.haveObject(p) }); done && ok {
+		s.haveObject(key)
+	} else if done, ok := rec.whenRecorded(func() { s.haveObject(key) }); done && ok {
 		// The object whose request this scan marks handled is the one its patch returns: the
 		// scan has it once the patch has returned (pending.joinable).
-		s.haveObject(p)
+		s.haveObject(key)
 	}
 	if !repo.DeletionTimestamp.IsZero() {
 		return s.finalize(ctx, repo)
@@ -446,7 +413,7 @@ func (s *Scanner) scan(ctx context.Context, req scanRequest, p *pending) (out Sc
 		if rec == nil {
 			return true, nil
 		}
-		recorded, err := s.recorded(ctx, repo, hint, p, rec)
+		recorded, err := s.recorded(ctx, repo, hint, rec)
 		rec = nil
 		if recorded == nil {
 			return false, err
@@ -591,7 +558,7 @@ func (s *Scanner) readRepository(ctx context.Context, namespace, name string, re
 // object as the patch returned it, which the status is written against, or nil when the status
 // must not be written: the patch failed (the error), or the object is no longer the one scanned
 // (recreated, or its spec edited), in which case a follow-up scan is collected.
-func (s *Scanner) recorded(ctx context.Context, scanned *v1.ImageRepository, hint *Hint, p *pending, rec *Recording) (*v1.ImageRepository, error) {
+func (s *Scanner) recorded(ctx context.Context, scanned *v1.ImageRepository, hint *Hint, rec *Recording) (*v1.ImageRepository, error) {
 	got, err := rec.wait(ctx)
 	if err != nil {
 		// The tags are stored and announced; the request, if recorded after all, is scanned
@@ -599,9 +566,7 @@ func (s *Scanner) recorded(ctx context.Context, scanned *v1.ImageRepository, hin
 		return nil, fmt.Errorf("recording the scan request of ImageRepository %s/%s: %w", scanned.Namespace, scanned.Name, err)
 	}
 	if got.UID != scanned.UID || got.Generation != scanned.Generation {
-		s.mu.Lock()
-		s.collect(ctx, p, hint)
-		s.mu.Unlock()
+		s.scans().Request(StoreKey(scanned.Namespace, scanned.Name), followUp{hint: hint, trace: ctx})
 		return nil, nil
 	}
 	return got, nil
