@@ -537,16 +537,11 @@ func crossNamespaceDenied(pol *v1.ImagePolicy, repoNS, repoName string) error {
 // namespace what happens there. why, which may name what the answer hides, goes only to the
 // function's log.
 func (e *Evaluator) refuse(ctx context.Context, pol *v1.ImagePolicy, stalled bool, why string, cause error) (PolicyOutcome, error) {
-	token, _ := kube.ReconcileRequest(pol.Annotations)
 	logger(e.Log).InfoContext(ctx, "cross-namespace reference refused", "namespace", pol.Namespace, "name", pol.Name,
 		"repository", pol.RepositoryNamespace()+"/"+pol.Spec.ImageRepositoryRef.Name, "why", why)
 	message := failureMessage(cause)
 	st := &pol.Status
-	ready := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition)
-	if ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == v1.AccessDeniedReason &&
-		ready.ObservedGeneration == pol.Generation && st.ObservedGeneration == pol.Generation &&
-		apimeta.IsStatusConditionTrue(st.Conditions, v1.StalledCondition) == stalled &&
-		(token == "" || token == st.LastHandledReconcileAt) {
+	if repeatsRefusal(pol, stalled) {
 		out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicyFailed,
 			Latest: st.LatestRef, Reason: v1.AccessDeniedReason, Message: message}
 		if stalled {
@@ -555,6 +550,19 @@ func (e *Evaluator) refuse(ctx context.Context, pol *v1.ImagePolicy, stalled boo
 		return out, nil
 	}
 	return e.fail(ctx, pol, v1.AccessDeniedReason, stalled, cause)
+}
+
+// repeatsRefusal tells whether pol's status already reports a refusal of its cross-namespace
+// reference (Ready=False with AccessDenied, Stalled as stalled) for its generation and its
+// reconcile request, if any.
+func repeatsRefusal(pol *v1.ImagePolicy, stalled bool) bool {
+	st := &pol.Status
+	token, _ := kube.ReconcileRequest(pol.Annotations)
+	ready := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition)
+	return ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == v1.AccessDeniedReason &&
+		ready.ObservedGeneration == pol.Generation && st.ObservedGeneration == pol.Generation &&
+		apimeta.IsStatusConditionTrue(st.Conditions, v1.StalledCondition) == stalled &&
+		(token == "" || token == st.LastHandledReconcileAt)
 }
 
 // failNoTags reports a repository without stored tags for it as it is now; cause is the store's
