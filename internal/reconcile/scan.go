@@ -397,7 +397,7 @@ func (s *Scanner) scan(ctx context.Context, req scanRequest, key string) (out Sc
 		s.haveObject(key)
 	} else if done, ok := rec.whenRecorded(func() { s.haveObject(key) }); done && ok {
 		// The object whose request this scan marks handled is the one its patch returns: the
-		// scan has it once the patch has returned (pending.joinable).
+		// scan has it once the patch has returned (followUp.joinable).
 		s.haveObject(key)
 	}
 	if !repo.DeletionTimestamp.IsZero() {
