@@ -2,12 +2,17 @@ package reconcile
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/policy"
+	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
 )
 
@@ -330,6 +335,62 @@ func TestScanOutcomeOfStored(t *testing.T) {
 		out := tt.res.outcome(tt.repo)
 		if out.Changed != tt.changed || out.Incremental != tt.incremental || out.TagCount != 2 || out.Revision != "sha256:b" {
 			t.Errorf("%s: %+v, want changed %v, incremental %v", tt.name, out, tt.changed, tt.incremental)
+		}
+	}
+}
+
+func TestVerifiedFailure(t *testing.T) {
+	denied := &registry.Error{Reason: v1.AuthenticationFailedReason, Err: errors.New("401")}
+	invalid := &registry.Error{Reason: v1.ImageURLInvalidReason, Err: errors.New("bad name")}
+	skipped := []skippedTag{{"1.2.0", "not signed"}}
+	for _, tt := range []struct {
+		name    string
+		tag     string
+		checked int
+		err     error
+		failed  bool
+		reason  string
+		stalled bool
+	}{
+		{"a verified tag", "1.1.0", 2, nil, false, "", false},
+		{"the registry refused", "", 1, fmt.Errorf("heading: %w", denied), true, v1.AuthenticationFailedReason, false},
+		{"the image name is invalid", "", 0, invalid, true, v1.ImageURLInvalidReason, true},
+		{"no candidates", "", 0, fmt.Errorf("select: %w", policy.ErrNoCandidates), true, v1.FailureReason, false},
+		{"nothing checked", "", 0, errors.New("numerical tag does not parse"), true, v1.FailureReason, false},
+		{"the verifier could not read", "", 3, errors.New("connection reset"), true, v1.ReadOperationFailedReason, false},
+		{"none verifies", "", 10, nil, true, v1.VerificationErrorReason, false},
+	} {
+		f, failed := verifiedFailure(tt.tag, tt.checked, skipped, tt.err)
+		if failed != tt.failed || f.reason != tt.reason || f.stalled != tt.stalled {
+			t.Errorf("%s: failed %v, %+v; want %v, reason %q, stalled %v", tt.name, failed, f, tt.failed, tt.reason, tt.stalled)
+		}
+		if tt.name == "none verifies" && (f.cause == nil || !strings.Contains(f.cause.Error(), "1.2.0 (not signed)")) {
+			t.Errorf("%s: cause %v does not name the skipped tags", tt.name, f.cause)
+		}
+	}
+}
+
+func TestNoTagsFailure(t *testing.T) {
+	scanned := &v1.ImageRepository{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "app"},
+		Status: v1.ImageRepositoryStatus{LastScanResult: &v1.ScanResult{Revision: "sha256:a"}}}
+	fresh := &v1.ImageRepository{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "app"}}
+	for _, tt := range []struct {
+		name   string
+		repo   *v1.ImageRepository
+		cause  error
+		reason string
+		says   string
+	}{
+		{"never scanned", fresh, store.ErrNotFound, v1.DependencyNotReadyReason, "not been scanned yet"},
+		{"an empty list", scanned, nil, v1.DependencyNotReadyReason, "not been scanned yet"},
+		{"listed for another spec", scanned, store.ErrOtherIdentity, v1.DependencyNotReadyReason, "waiting for a scan of its current spec"},
+		{"lost with a damaged store", scanned, store.ErrRebuilt, v1.TagStoreDamagedReason, "found damaged and rebuilt"},
+		{"a damaged store before any scan", fresh, store.ErrRebuilt, v1.DependencyNotReadyReason, "not been scanned yet"},
+	} {
+		f := noTagsFailure(tt.repo, tt.cause)
+		if f.reason != tt.reason || f.stalled || !strings.Contains(f.cause.Error(), tt.says) ||
+			!strings.Contains(f.cause.Error(), "ImageRepository apps/app") {
+			t.Errorf("%s: %+v (%v), want reason %s saying %q", tt.name, f, f.cause, tt.reason, tt.says)
 		}
 	}
 }

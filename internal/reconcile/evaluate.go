@@ -366,22 +366,39 @@ func (r storeRead) of(out PolicyOutcome, err error) (PolicyOutcome, error) {
 func (e *Evaluator) evaluateVerified(ctx context.Context, ev evaluation, stored storedTags, inputs policyInputs) (PolicyOutcome, error) {
 	pol, repo := ev.pol, ev.repo
 	tag, digest, skipped, checked, err := e.selectVerified(ctx, ev, stored)
-	var regErr *registry.Error
-	switch {
-	case errors.As(err, &regErr):
-		return e.fail(ctx, pol, registry.Reason(err), registry.Stalled(err), err)
-	case err != nil && (errors.Is(err, policy.ErrNoCandidates) || tag == "" && checked == 0):
-		return e.fail(ctx, pol, v1.FailureReason, false, err)
-	case err != nil:
-		// The verifier could not read the registry: a retry may get a verdict.
-		return e.fail(ctx, pol, v1.ReadOperationFailedReason, false, err)
-	case tag == "":
-		return e.fail(ctx, pol, v1.VerificationErrorReason, false, fmt.Errorf(
-			"no signature verifies for any of the %d best tags, so latestRef is kept: %s", checked, describeSkipped(skipped)))
+	if f, failed := verifiedFailure(tag, checked, skipped, err); failed {
+		return e.fail(ctx, pol, f.reason, f.stalled, f.cause)
 	}
 	latest := &v1.ImageRef{Name: repo.Spec.Image, Tag: tag}
 	latest.Digest = verifiedDigest(pol, latest, digest)
 	return e.succeed(ctx, pol, latest, inputs, skipped)
+}
+
+// failure is how an evaluation fails: Ready=False with reason, Stalled when stalled, and cause
+// to report.
+type failure struct {
+	reason  string
+	stalled bool
+	cause   error
+}
+
+// verifiedFailure is how a selection among verified tags fails that selected tag (empty: none)
+// after checking checked candidates and skipping skipped, and ended in err; failed is false when
+// it succeeded.
+func verifiedFailure(tag string, checked int, skipped []skippedTag, err error) (f failure, failed bool) {
+	switch {
+	case errors.As(err, new(*registry.Error)):
+		return failure{registry.Reason(err), registry.Stalled(err), err}, true
+	case err != nil && (errors.Is(err, policy.ErrNoCandidates) || tag == "" && checked == 0):
+		return failure{v1.FailureReason, false, err}, true
+	case err != nil:
+		// The verifier could not read the registry: a retry may get a verdict.
+		return failure{v1.ReadOperationFailedReason, false, err}, true
+	case tag == "":
+		return failure{v1.VerificationErrorReason, false, fmt.Errorf(
+			"no signature verifies for any of the %d best tags, so latestRef is kept: %s", checked, describeSkipped(skipped))}, true
+	}
+	return failure{}, false
 }
 
 // finalize lets a policy being deleted go, suspended or not: Flux's finalizer, which reflector
@@ -570,6 +587,13 @@ func repeatsRefusal(pol *v1.ImagePolicy, stalled bool) bool {
 // must not look like a repository without images, and tags listed for another identity must
 // not be written with this repository's image.
 func (e *Evaluator) failNoTags(ctx context.Context, pol *v1.ImagePolicy, repo *v1.ImageRepository, cause error) (PolicyOutcome, error) {
+	f := noTagsFailure(repo, cause)
+	return e.fail(ctx, pol, f.reason, f.stalled, f.cause)
+}
+
+// noTagsFailure is the failure of a policy whose repository has no stored tags for it as it is
+// now; cause is the store's answer, if any.
+func noTagsFailure(repo *v1.ImageRepository, cause error) failure {
 	why, reason := "it has not been scanned yet", v1.DependencyNotReadyReason
 	switch {
 	case errors.Is(cause, store.ErrOtherIdentity):
@@ -578,8 +602,8 @@ func (e *Evaluator) failNoTags(ctx context.Context, pol *v1.ImagePolicy, repo *v
 		// Its tags were lost with a damaged store; the cron reconciler has it scanned again.
 		why, reason = fmt.Sprintf("they were lost when the tag store was found damaged and rebuilt; waiting for its next scan (%v)", cause), v1.TagStoreDamagedReason
 	}
-	return e.fail(ctx, pol, reason, false, fmt.Errorf(
-		"no tags in the tag store for %s %s/%s: %s", v1.ImageRepositoryKind, repo.Namespace, repo.Name, why))
+	return failure{reason, false, fmt.Errorf(
+		"no tags in the tag store for %s %s/%s: %s", v1.ImageRepositoryKind, repo.Namespace, repo.Name, why)}
 }
 
 // failStore reports a tag store that could not be read and returns the read error as well, so
