@@ -126,10 +126,10 @@ func azureObjectToken(ctx context.Context, a *Authenticator, id *identity, env a
 	if err != nil {
 		return azureToken{}, err
 	}
-	tok, err := azureClientCredentials(ctx, a, env.authority, tenant, client, scope, url.Values{
+	tok, err := azureClientCredentials(ctx, a, azureGrant{env.authority, tenant, client, scope, url.Values{
 		"client_assertion_type": {"urn:ietf:params:oauth:client-assertion-type:jwt-bearer"},
 		"client_assertion":      {assertion},
-	})
+	}})
 	if err != nil {
 		return azureToken{}, failed("azure: Entra ID refused the federated credential of %s for client %s in tenant %s (%v): check that the identity has a federated credential for issuer of this cluster, subject system:serviceaccount:%s:%s and audience %s",
 			id.describe(), client, tenant, err, id.account.Namespace, id.account.Name, AzureAudience)
@@ -149,17 +149,17 @@ func azureControllerToken(ctx context.Context, a *Authenticator, env azureEnviro
 		if tenant == "" || client == "" {
 			return azureToken{}, failed("azure: AZURE_FEDERATED_TOKEN_FILE is set but AZURE_TENANT_ID or AZURE_CLIENT_ID is not: label the scan function's pods azure.workload.identity/use=true and annotate its ServiceAccount with %s", AzureClientIDAnnotation)
 		}
-		tok, err := azureClientCredentials(ctx, a, env.authority, tenant, client, scope, url.Values{
+		tok, err := azureClientCredentials(ctx, a, azureGrant{env.authority, tenant, client, scope, url.Values{
 			"client_assertion_type": {"urn:ietf:params:oauth:client-assertion-type:jwt-bearer"},
 			"client_assertion":      {strings.TrimSpace(string(assertion))},
-		})
+		}})
 		if err != nil {
 			return azureToken{}, failed("azure: Entra ID refused the scan function's workload identity (client %s, tenant %s): %v", client, tenant, err)
 		}
 		return tok, nil
 	}
 	if secret := os.Getenv("AZURE_CLIENT_SECRET"); secret != "" && tenant != "" && client != "" {
-		tok, err := azureClientCredentials(ctx, a, env.authority, tenant, client, scope, url.Values{"client_secret": {secret}})
+		tok, err := azureClientCredentials(ctx, a, azureGrant{env.authority, tenant, client, scope, url.Values{"client_secret": {secret}}})
 		if err != nil {
 			return azureToken{}, failed("azure: Entra ID refused the client secret of client %s in tenant %s: %v", client, tenant, err)
 		}
@@ -172,13 +172,21 @@ func azureControllerToken(ctx context.Context, a *Authenticator, env azureEnviro
 	return tok, nil
 }
 
-// azureClientCredentials runs the client credentials grant at the tenant's token endpoint.
-func azureClientCredentials(ctx context.Context, a *Authenticator, authority, tenant, client, scope string, credential url.Values) (azureToken, error) {
-	form := url.Values{"grant_type": {"client_credentials"}, "client_id": {client}, "scope": {scope}}
-	for k, v := range credential {
+// azureGrant is one client credentials grant: the client of tenant at authority asks for scope,
+// proving itself with credential (a client secret or a client assertion).
+type azureGrant struct {
+	authority, tenant, client, scope string
+	credential                       url.Values
+}
+
+// azureClientCredentials runs the client credentials grant g at the tenant's token endpoint.
+func azureClientCredentials(ctx context.Context, a *Authenticator, g azureGrant) (azureToken, error) {
+	form := url.Values{"grant_type": {"client_credentials"}, "client_id": {g.client}, "scope": {g.scope}}
+	for k, v := range g.credential {
 		form[k] = v
 	}
-	endpoint := strings.TrimSuffix(authority, "/") + "/" + url.PathEscape(tenant) + "/oauth2/v2.0/token"
+	tenant := g.tenant
+	endpoint := strings.TrimSuffix(g.authority, "/") + "/" + url.PathEscape(tenant) + "/oauth2/v2.0/token"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, strings.NewReader(form.Encode()))
 	if err != nil {
 		return azureToken{}, err

@@ -185,11 +185,17 @@ func FromEnv() (*Authenticator, error) {
 		WithDefaultServiceAccount(strings.TrimSpace(os.Getenv("REFLECTOR_DEFAULT_SERVICE_ACCOUNT")))), nil
 }
 
-// Login returns the credentials for registry host of an ImageRepository in namespace with
-// provider ("aws", "azure" or "gcp") and spec.serviceAccountName serviceAccount (may be empty).
-// kc reads the ServiceAccount and issues its tokens; it is used only for object-level identity.
-// The error is an *Error.
-func (a *Authenticator) Login(ctx context.Context, kc *kube.Client, provider, namespace, serviceAccount, host string) (authn.AuthConfig, error) {
+// Target is what a login is for: registry Host of an ImageRepository in Namespace with
+// spec.provider Provider ("aws", "azure" or "gcp") and spec.serviceAccountName ServiceAccount
+// (may be empty).
+type Target struct {
+	Provider, Namespace, ServiceAccount, Host string
+}
+
+// Login returns the credentials for t. kc reads the ServiceAccount and issues its tokens; it is
+// used only for object-level identity. The error is an *Error.
+func (a *Authenticator) Login(ctx context.Context, kc *kube.Client, t Target) (authn.AuthConfig, error) {
+	provider, namespace, serviceAccount, host := t.Provider, t.Namespace, t.ServiceAccount, t.Host
 	cl, ok := clouds[provider]
 	if !ok {
 		return authn.AuthConfig{}, &Error{Reason: v1.UnsupportedProviderReason, Err: fmt.Errorf(

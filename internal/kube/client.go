@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
@@ -272,13 +273,23 @@ func (o *Objects[T, L]) Delete(ctx context.Context, namespace, name string) erro
 	return o.rest.Delete().NamespaceIfScoped(namespace, !o.clusterScoped).Resource(o.resource).Name(name).Do(ctx).Error()
 }
 
-// Patch patches namespace/name, or one of its subresources such as "status".
-func (o *Objects[T, L]) Patch(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, subresource ...string) (T, error) {
+// Patch patches namespace/name with data, a patch of type pt.
+func (o *Objects[T, L]) Patch(ctx context.Context, namespace, name string, pt types.PatchType, data []byte) (T, error) {
+	return o.patch(ctx, o.rest.Patch(pt), namespace+"/"+name, data)
+}
+
+// MergeStatus patches the status subresource of namespace/name with data, a JSON merge patch.
+func (o *Objects[T, L]) MergeStatus(ctx context.Context, namespace, name string, data []byte) (T, error) {
+	return o.patch(ctx, o.rest.Patch(types.MergePatchType).SubResource("status"), namespace+"/"+name, data)
+}
+
+// patch sends req, a patch request, for key ("namespace/name") with body data.
+func (o *Objects[T, L]) patch(ctx context.Context, req *rest.Request, key string, data []byte) (T, error) {
+	namespace, name, _ := strings.Cut(key, "/")
 	out := o.newObj()
-	err := o.rest.Patch(pt).NamespaceIfScoped(namespace, !o.clusterScoped).Resource(o.resource).Name(name).
-		SubResource(subresource...).Body(data).Do(ctx).Into(out)
+	err := req.NamespaceIfScoped(namespace, !o.clusterScoped).Resource(o.resource).Name(name).Body(data).Do(ctx).Into(out)
 	if err != nil {
-		return out, fmt.Errorf("patching %s %s/%s: %w", o.resource, namespace, name, err)
+		return out, fmt.Errorf("patching %s %s: %w", o.resource, key, err)
 	}
 	return out, nil
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
@@ -77,7 +76,7 @@ func (o *Objects[T, L]) patchStatus(ctx context.Context, old T, oldStatus []byte
 	if patch == nil {
 		return old, nil
 	}
-	return o.Patch(ctx, old.GetNamespace(), old.GetName(), types.MergePatchType, patch, "status")
+	return o.MergeStatus(ctx, old.GetNamespace(), old.GetName(), patch)
 }
 
 // statusPatch returns a merge patch that turns oldStatus (statusJSON of the object read at

@@ -130,13 +130,22 @@ const (
 	KindImagePolicy     = "ImagePolicy"
 )
 
-// RecordReconcile records one reconciliation of an object. Following Flux, an object that is
-// suspended is not recorded unless it is being deleted.
-func RecordReconcile(kind, namespace, name string, suspended, deleting bool, took time.Duration) {
-	if suspended && !deleting {
+// Reconcile is one reconciliation of the object Namespace/Name of Kind, which took Took.
+type Reconcile struct {
+	Kind, Namespace, Name string
+	// Suspended and Deleting say whether the object has spec.suspend set and whether it is
+	// being deleted.
+	Suspended, Deleting bool
+	Took                time.Duration
+}
+
+// RecordReconcile records r. Following Flux, an object that is suspended is not recorded unless
+// it is being deleted.
+func RecordReconcile(r Reconcile) {
+	if r.Suspended && !r.Deleting {
 		return
 	}
-	reconcileDuration.WithLabelValues(kind, name, namespace).Observe(took.Seconds())
+	reconcileDuration.WithLabelValues(r.Kind, r.Name, r.Namespace).Observe(r.Took.Seconds())
 }
 
 // Webhook results.

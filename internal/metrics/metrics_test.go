@@ -18,15 +18,15 @@ func TestRecordReconcileFollowsFluxOnSuspension(t *testing.T) {
 		series := regexp.MustCompile(`gotk_reconcile_duration_seconds_count\{kind="[^"]+",name="` + name + `",`)
 		return len(series.FindAllString(rec.Body.String(), -1))
 	}
-	RecordReconcile(KindImagePolicy, "ns", "suspended", true, false, time.Second)
+	RecordReconcile(Reconcile{Kind: KindImagePolicy, Namespace: "ns", Name: "suspended", Suspended: true, Took: time.Second})
 	if n := count("suspended"); n != 0 {
 		t.Errorf("a suspended object was recorded (%d series)", n)
 	}
-	RecordReconcile(KindImagePolicy, "ns", "deleting", true, true, time.Second)
+	RecordReconcile(Reconcile{Kind: KindImagePolicy, Namespace: "ns", Name: "deleting", Suspended: true, Deleting: true, Took: time.Second})
 	if n := count("deleting"); n != 1 {
 		t.Errorf("a suspended object being deleted was not recorded (%d series)", n)
 	}
-	RecordReconcile(KindImageRepository, "ns", "live", false, false, 30*time.Millisecond)
+	RecordReconcile(Reconcile{Kind: KindImageRepository, Namespace: "ns", Name: "live", Took: 30 * time.Millisecond})
 	if n := count("live"); n != 1 {
 		t.Errorf("an object was not recorded (%d series)", n)
 	}

@@ -79,7 +79,10 @@ func fluxPolicyCRD(t *testing.T, env *testenv.Env) {
 	}
 }
 
-func run(t *testing.T, env *testenv.Env) map[string]Result {
+// results are the checks' results by name.
+type results map[string]Result
+
+func run(t *testing.T, env *testenv.Env) results {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -87,7 +90,7 @@ func run(t *testing.T, env *testenv.Env) map[string]Result {
 	if err != nil {
 		t.Fatalf("Gather: %v", err)
 	}
-	out := map[string]Result{}
+	out := results{}
 	for _, r := range Run(ctx, c, Options{Pre: true}) {
 		out[r.Name] = r
 	}
@@ -96,9 +99,9 @@ func run(t *testing.T, env *testenv.Env) map[string]Result {
 
 // expect checks that the result of check passed or failed, and that its message and fix say
 // the given words.
-func expect(t *testing.T, results map[string]Result, check string, ok bool, message string, fix ...string) {
+func (rs results) expect(t *testing.T, check string, ok bool, message string, fix ...string) {
 	t.Helper()
-	r, found := results[check]
+	r, found := rs[check]
 	if !found {
 		t.Errorf("no result for %s", check)
 		return
@@ -118,19 +121,19 @@ func TestGatherIntegration(t *testing.T) {
 	if v, err := env.Clientset().Discovery().ServerVersion(); err != nil {
 		t.Fatal(err)
 	} else if strings.HasPrefix(v.GitVersion, "v0.0.0") {
-		expect(t, results, "Kubernetes", false, "no release version", "1.32")
+		results.expect(t, "Kubernetes", false, "no release version", "1.32")
 	} else {
-		expect(t, results, "Kubernetes", true, v.GitVersion)
+		results.expect(t, "Kubernetes", true, v.GitVersion)
 	}
-	expect(t, results, "ImagePolicy schema", false, "no spec.verify", "kubectl apply --server-side")
-	expect(t, results, "CRD "+PolicyCRD, false, "v1beta2", "kubectl get imagepolicies -A -o json | kubectl replace -f -", "--subresource=status")
-	expect(t, results, "CRD "+RepositoryCRD, true, "v1")
-	expect(t, results, "StorageClass", false, "no StorageClass", "kind: StorageClass")
-	expect(t, results, "Knative Serving", false, "not installed", "serving-core.yaml")
-	expect(t, results, "Knative Eventing", false, "not installed", "eventing-core.yaml")
-	expect(t, results, "Knative Serving features", false, "kubernetes.podspec-persistent-volume-claim", "kubectl patch configmap config-features -n knative-serving")
-	expect(t, results, "Knative Eventing OIDC", false, "authentication-oidc", `"authentication-oidc":"enabled"`)
-	expect(t, results, "Flux", true, "not installed")
+	results.expect(t, "ImagePolicy schema", false, "no spec.verify", "kubectl apply --server-side")
+	results.expect(t, "CRD "+PolicyCRD, false, "v1beta2", "kubectl get imagepolicies -A -o json | kubectl replace -f -", "--subresource=status")
+	results.expect(t, "CRD "+RepositoryCRD, true, "v1")
+	results.expect(t, "StorageClass", false, "no StorageClass", "kind: StorageClass")
+	results.expect(t, "Knative Serving", false, "not installed", "serving-core.yaml")
+	results.expect(t, "Knative Eventing", false, "not installed", "eventing-core.yaml")
+	results.expect(t, "Knative Serving features", false, "kubernetes.podspec-persistent-volume-claim", "kubectl patch configmap config-features -n knative-serving")
+	results.expect(t, "Knative Eventing OIDC", false, "authentication-oidc", `"authentication-oidc":"enabled"`)
+	results.expect(t, "Flux", true, "not installed")
 	if _, found := results["Webhook route"]; found {
 		t.Error("--pre checked the webhook route")
 	}
@@ -148,11 +151,11 @@ func TestGatherIntegration(t *testing.T) {
 			filepath.Join(eventing, "config", "core", "configmaps", "features.yaml"),
 			filepath.Join(eventing, "config", "core", "configmaps", "default-broker.yaml"))
 		results = run(t, env)
-		expect(t, results, "Knative Serving", false, "controller", "kubectl -n knative-serving get deployments")
-		expect(t, results, "Knative Serving features", false, "kubernetes.podspec-affinity",
+		results.expect(t, "Knative Serving", false, "controller", "kubectl -n knative-serving get deployments")
+		results.expect(t, "Knative Serving features", false, "kubernetes.podspec-affinity",
 			`"kubernetes.podspec-persistent-volume-claim":"enabled"`, `"kubernetes.podspec-securitycontext":"enabled"`)
-		expect(t, results, "Knative Eventing OIDC", false, "not enabled", `"authentication-oidc":"enabled"`)
-		expect(t, results, "Broker", false, "mt-broker-controller", "mt-channel-broker.yaml")
+		results.expect(t, "Knative Eventing OIDC", false, "not enabled", `"authentication-oidc":"enabled"`)
+		results.expect(t, "Broker", false, "mt-broker-controller", "mt-channel-broker.yaml")
 	})
 
 	t.Run("fixed", func(t *testing.T) {
@@ -188,7 +191,7 @@ volumeBindingMode: WaitForFirstConsumer
 		}
 		results = run(t, env)
 		for _, name := range []string{"Knative Serving features", "Knative Eventing OIDC", "StorageClass", "ImagePolicy schema", "CRD " + PolicyCRD} {
-			expect(t, results, name, true, "")
+			results.expect(t, name, true, "")
 		}
 	})
 }

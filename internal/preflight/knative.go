@@ -40,26 +40,42 @@ func releaseURL(repo, file string) string {
 
 // KnativeServing checks that Serving's CRDs are installed and its controller and webhook run.
 func KnativeServing(c *Cluster) Result {
-	return knativeInstalled("Knative Serving", c, ServingCRD, servingNamespace, []string{"controller", "webhook", "activator", "autoscaler"},
-		"kubectl apply -f "+releaseURL("serving", "serving-crds.yaml")+"\n"+
-			"kubectl apply -f "+releaseURL("serving", "serving-core.yaml"))
+	return knativeInstalled(c, knativePart{
+		name: "Knative Serving", crd: ServingCRD, namespace: servingNamespace,
+		deployments: []string{"controller", "webhook", "activator", "autoscaler"},
+		fix: "kubectl apply -f " + releaseURL("serving", "serving-crds.yaml") + "\n" +
+			"kubectl apply -f " + releaseURL("serving", "serving-core.yaml"),
+	})
 }
 
 // KnativeEventing checks that Eventing's CRDs are installed and its controller and webhook run.
 func KnativeEventing(c *Cluster) Result {
-	return knativeInstalled("Knative Eventing", c, BrokerCRD, eventingNamespace, []string{"eventing-controller", "eventing-webhook"},
-		"kubectl apply -f "+releaseURL("eventing", "eventing-crds.yaml")+"\n"+
-			"kubectl apply -f "+releaseURL("eventing", "eventing-core.yaml")+"\n"+
-			"kubectl apply -f "+releaseURL("eventing", "in-memory-channel.yaml")+"\n"+
-			"kubectl apply -f "+releaseURL("eventing", "mt-channel-broker.yaml"))
+	return knativeInstalled(c, knativePart{
+		name: "Knative Eventing", crd: BrokerCRD, namespace: eventingNamespace,
+		deployments: []string{"eventing-controller", "eventing-webhook"},
+		fix: "kubectl apply -f " + releaseURL("eventing", "eventing-crds.yaml") + "\n" +
+			"kubectl apply -f " + releaseURL("eventing", "eventing-core.yaml") + "\n" +
+			"kubectl apply -f " + releaseURL("eventing", "in-memory-channel.yaml") + "\n" +
+			"kubectl apply -f " + releaseURL("eventing", "mt-channel-broker.yaml"),
+	})
 }
 
-func knativeInstalled(name string, c *Cluster, crd, namespace string, deployments []string, fix string) Result {
+// knativePart is one part of Knative as preflight checks it: its CRD crd, its deployments in
+// namespace, and fix, the commands that install it.
+type knativePart struct {
+	name, crd, namespace string
+	deployments          []string
+	fix                  string
+}
+
+// knativeInstalled checks that part's CRD is installed and its deployments are available.
+func knativeInstalled(c *Cluster, part knativePart) Result {
+	name, crd, namespace, fix := part.name, part.crd, part.namespace, part.fix
 	if c.CRDs[crd] == nil {
 		return fail(name, "not installed (no CRD "+crd+")", fix)
 	}
 	var missing []string
-	for _, d := range deployments {
+	for _, d := range part.deployments {
 		if !available(c.Deployments, namespace, d) {
 			missing = append(missing, d)
 		}

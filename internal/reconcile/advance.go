@@ -111,10 +111,13 @@ func Advance(sel *policy.Selector, reflect v1.ReflectionPolicy, latest v1.ImageR
 	return out, out.Digest != ""
 }
 
-// advance writes the outcome of d for pol, when pol may be advanced by it; ok is false when the
-// store must be read instead. iv, when not nil, is the verifier of pol's spec.verify: the added
-// tags that would become latest are verified first (advanceVerified).
-func (e *Evaluator) advance(ctx context.Context, w *policyWorld, pol *v1.ImagePolicy, token string, repo *v1.ImageRepository, id store.Identity, sel *policy.Selector, iv ImageVerifier) (out PolicyOutcome, ok bool, err error) {
+// advance writes the outcome of w's delta for the policy of ev, when the policy may be advanced
+// by it, the delta being of the repository's identity id; ok is false when the store must be
+// read instead. With a verifier (spec.verify), the added tags that would become latest are
+// verified first (advanceVerified).
+func (e *Evaluator) advance(ctx context.Context, w *policyWorld, ev evaluation, id store.Identity) (out PolicyOutcome, ok bool, err error) {
+	pol, repo, sel, iv := ev.pol, ev.repo, ev.sel, ev.iv
+	token, _ := kube.ReconcileRequest(pol.Annotations)
 	d := w.delta
 	if d == nil || d.id != id {
 		return PolicyOutcome{}, false, nil
@@ -132,26 +135,22 @@ func (e *Evaluator) advance(ctx context.Context, w *policyWorld, pol *v1.ImagePo
 		if !advanceable(fresh, token, d, repo.Spec.Image) {
 			return PolicyOutcome{}, false, nil
 		}
-		pol = fresh
+		pol, ev.pol = fresh, fresh
 	}
 	inputs := policyInputs{uid: string(pol.UID), generation: pol.Generation, request: token,
 		revision: d.to, image: repo.Spec.Image}
 	var latest v1.ImageRef
-	note := ""
+	var skipped []skippedTag
 	if iv != nil {
-		var skipped []skippedTag
-		if latest, skipped, ok = e.advanceVerified(ctx, pol, repo, StoreKey(repo.Namespace, repo.Name), d, sel, iv); !ok {
+		if latest, skipped, ok = e.advanceVerified(ctx, ev, StoreKey(repo.Namespace, repo.Name), d); !ok {
 			return PolicyOutcome{}, false, nil
-		}
-		if len(skipped) > 0 {
-			note = skippedNote + describeSkipped(skipped)
 		}
 		inputs.verifier = iv.ID()
 	} else if latest, ok = Advance(sel, pol.GetDigestReflectionPolicy(), *pol.Status.LatestRef, d.tags, d.digests); !ok {
 		return PolicyOutcome{}, false, nil
 	}
 	markStep(ctx, "advanced")
-	out, err = e.succeed(ctx, pol, token, &latest, inputs, note)
+	out, err = e.succeed(ctx, pol, &latest, inputs, skipped)
 	return out, true, err
 }
 

@@ -115,7 +115,7 @@ func TestAdvanceIntegration(t *testing.T) {
 		if p.Status.LatestRef == nil || *p.Status.LatestRef != want || evaluatedRevision(p) != c.Revision {
 			t.Fatalf("latestRef %s at revision %q; want %s at %q", refString(p.Status.LatestRef), evaluatedRevision(p), want, c.Revision)
 		}
-		checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, "updated from 1.2.0 to 1.3.0", false)
+		checkReady(t, p, wantReady{metav1.ConditionTrue, v1.SucceededReason, "updated from 1.2.0 to 1.3.0", false})
 	})
 
 	t.Run("an added tag that loses changes only the revision", func(t *testing.T) {

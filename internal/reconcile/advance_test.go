@@ -111,10 +111,19 @@ var advanceSelectors, advanceExcluders = func() ([]*policy.Selector, [][]*regexp
 	return sels, excl
 }()
 
+// advanceCase picks a spec and an exclusion list by their indexes in advanceSpecs and
+// advanceExclusions, and a reflection policy.
+type advanceCase struct {
+	spec      int
+	reflect   v1.ReflectionPolicy
+	exclusion int
+}
+
 // checkAdvance checks Advance against a full evaluation for one stored list and one addition,
-// under advanceSpecs[i] and advanceExclusions[j].
-func checkAdvance(t *testing.T, i int, reflect v1.ReflectionPolicy, j int, stored, pushed []string, digests map[string]string) {
+// under the spec and exclusion list of c.
+func checkAdvance(t *testing.T, c advanceCase, stored, pushed []string, digests map[string]string) {
 	t.Helper()
+	i, reflect, j := c.spec, c.reflect, c.exclusion
 	spec, sel := advanceSpecs[i], advanceSelectors[i]
 	exclusions, exclude := advanceExclusions[j], advanceExcluders[j]
 	before := storedAfter(stored, exclude)
@@ -173,7 +182,7 @@ func TestAdvanceIsAFullEvaluation(t *testing.T) {
 		stored, pushed := tags(r.IntN(30)), tags(1+r.IntN(16))
 		for i := range advanceSpecs {
 			for _, reflect := range reflects {
-				checkAdvance(t, i, reflect, r.IntN(len(advanceExclusions)), stored, pushed, digests)
+				checkAdvance(t, advanceCase{spec: i, reflect: reflect, exclusion: r.IntN(len(advanceExclusions))}, stored, pushed, digests)
 			}
 		}
 	}
@@ -213,6 +222,6 @@ func FuzzAdvance(f *testing.F) {
 			digests[tag] = fmt.Sprintf("sha256:%064x", i+1)
 		}
 		reflect := []v1.ReflectionPolicy{v1.ReflectNever, v1.ReflectIfNotPresent, v1.ReflectAlways}[int(pick)/len(advanceSpecs)%3]
-		checkAdvance(t, int(pick)%len(advanceSpecs), reflect, int(pick)%len(advanceExclusions), stored, pushed, digests)
+		checkAdvance(t, advanceCase{spec: int(pick) % len(advanceSpecs), reflect: reflect, exclusion: int(pick) % len(advanceExclusions)}, stored, pushed, digests)
 	})
 }

@@ -20,23 +20,27 @@ import (
 
 // markSucceeded records a successful reconciliation of generation.
 func markSucceeded(conds *[]metav1.Condition, generation int64, message string) {
-	set(conds, generation, v1.ReadyCondition, metav1.ConditionTrue, v1.SucceededReason, message)
+	set(conds, metav1.Condition{Type: v1.ReadyCondition, Status: metav1.ConditionTrue, Reason: v1.SucceededReason,
+		Message: message, ObservedGeneration: generation})
 	apimeta.RemoveStatusCondition(conds, v1.ReconcilingCondition)
 	apimeta.RemoveStatusCondition(conds, v1.StalledCondition)
 }
 
 // markFailed records a failure that is retried.
 func markFailed(conds *[]metav1.Condition, generation int64, reason, message string) {
-	set(conds, generation, v1.ReadyCondition, metav1.ConditionFalse, reason, message)
-	set(conds, generation, v1.ReconcilingCondition, metav1.ConditionTrue, v1.ProgressingWithRetryReason,
-		fmt.Sprintf("retrying: %s", message))
+	set(conds, metav1.Condition{Type: v1.ReadyCondition, Status: metav1.ConditionFalse, Reason: reason,
+		Message: message, ObservedGeneration: generation})
+	set(conds, metav1.Condition{Type: v1.ReconcilingCondition, Status: metav1.ConditionTrue, Reason: v1.ProgressingWithRetryReason,
+		Message: fmt.Sprintf("retrying: %s", message), ObservedGeneration: generation})
 	apimeta.RemoveStatusCondition(conds, v1.StalledCondition)
 }
 
 // markStalled records a failure that only a change of the spec can cure.
 func markStalled(conds *[]metav1.Condition, generation int64, reason, message string) {
-	set(conds, generation, v1.ReadyCondition, metav1.ConditionFalse, reason, message)
-	set(conds, generation, v1.StalledCondition, metav1.ConditionTrue, reason, message)
+	set(conds, metav1.Condition{Type: v1.ReadyCondition, Status: metav1.ConditionFalse, Reason: reason,
+		Message: message, ObservedGeneration: generation})
+	set(conds, metav1.Condition{Type: v1.StalledCondition, Status: metav1.ConditionTrue, Reason: reason,
+		Message: message, ObservedGeneration: generation})
 	apimeta.RemoveStatusCondition(conds, v1.ReconcilingCondition)
 }
 
@@ -44,8 +48,7 @@ func markStalled(conds *[]metav1.Condition, generation int64, reason, message st
 // brought along is masked, and the registry text it may carry escaped and bounded (redact.Text),
 // whatever the error's origin: the API server refuses a whole status write for one condition
 // message over its limit.
-func set(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, message string) {
-	apimeta.SetStatusCondition(conds, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: redact.Text(message), ObservedGeneration: generation,
-	})
+func set(conds *[]metav1.Condition, c metav1.Condition) {
+	c.Message = redact.Text(c.Message)
+	apimeta.SetStatusCondition(conds, c)
 }

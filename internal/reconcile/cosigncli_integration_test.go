@@ -52,7 +52,7 @@ func TestIntegrationVerifiedSelectionCosignCLI(t *testing.T) {
 					t.Errorf("Ready message %q does not say %q", readyMessage(p), want)
 				}
 			}
-			f.waitEvent(t, f.ns, "app", corev1.EventTypeWarning, v1.VerificationErrorReason, "1.2.0 (not signed)")
+			f.waitEvent(t, "app", corev1.EventTypeWarning, v1.VerificationErrorReason, "1.2.0 (not signed)")
 
 			// An unsigned newer tag, then the same signed with the other key pair, moves latestRef
 			// neither up nor back.
@@ -79,7 +79,7 @@ func TestIntegrationVerifiedSelectionCosignCLI(t *testing.T) {
 			if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "2.0.0" || !out.Changed {
 				t.Fatalf("after signing 2.0.0: %+v, want 2.0.0", out)
 			}
-			checkReady(t, f.get(t, f.ns, "app"), metav1.ConditionTrue, v1.SucceededReason, "updated from 1.1.0 to 2.0.0", false)
+			checkReady(t, f.get(t, f.ns, "app"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "updated from 1.1.0 to 2.0.0", false})
 		})
 	}
 }

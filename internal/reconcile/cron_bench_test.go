@@ -19,7 +19,6 @@ import (
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
@@ -154,7 +153,7 @@ func (f *cronFixture) create(ctx context.Context, c *kube.Client, i int, scanTim
 		case reconcile.DueGeneration:
 			st.ObservedGeneration = created.Generation - 1
 		}
-		if _, err := c.Repositories.Patch(ctx, f.ns, name, types.MergePatchType, statusBody(st), "status"); err != nil {
+		if _, err := c.Repositories.MergeStatus(ctx, f.ns, name, statusBody(st)); err != nil {
 			return err
 		}
 	}
@@ -195,7 +194,7 @@ func (f *cronFixture) create(ctx context.Context, c *kube.Client, i int, scanTim
 	case reconcile.DueRequested:
 		pst.LastHandledReconcileAt = "handled-before"
 	}
-	_, err = c.Policies.Patch(ctx, f.ns, polName, types.MergePatchType, statusBody(pst), "status")
+	_, err = c.Policies.MergeStatus(ctx, f.ns, polName, statusBody(pst))
 	return err
 }
 

@@ -216,12 +216,24 @@ func TestPolicyDue(t *testing.T) {
 	skipped := policy(func(p *v1.ImagePolicy) {
 		p.Status.Conditions[0].Message = "Latest image tag for ghcr.io/org/app resolved to 1.0.0; " +
 			skippedNote + "1.1.0 (not signed)"
+		p.Status.Conditions = append(p.Status.Conditions, metav1.Condition{Type: v1.TagsEvaluatedCondition,
+			Status: metav1.ConditionTrue, Reason: v1.SkippedUnverifiedReason})
 	})
 	if n := count(skipped, DueUnverified); n != 30 {
 		t.Errorf("skipped unsigned tags: %d evaluations an hour, want 30", n)
 	}
 	if n := count(policy(), DueUnverified); n != 0 {
 		t.Errorf("nothing skipped: %d evaluations an hour for unverified tags", n)
+	}
+	// The Ready message is for people: a note in it, without the reason, is no skipped tag.
+	noted := policy(func(p *v1.ImagePolicy) {
+		p.Status.Conditions[0].Message = "Latest image tag for ghcr.io/org/app resolved to 1.0.0; " +
+			skippedNote + "1.1.0 (not signed)"
+		p.Status.Conditions = append(p.Status.Conditions, metav1.Condition{Type: v1.TagsEvaluatedCondition,
+			Status: metav1.ConditionTrue, Reason: v1.EvaluatedReason})
+	})
+	if n := count(noted, DueUnverified); n != 0 {
+		t.Errorf("a note in the Ready message without reason %s: %d evaluations an hour", v1.SkippedUnverifiedReason, n)
 	}
 }
 

@@ -181,7 +181,8 @@ func (e *Evaluator) logged(ctx context.Context, out PolicyOutcome, start time.Ti
 		out.Result = PolicyFailed
 	}
 	if out.Result != PolicyNotFound {
-		metrics.RecordReconcile(metrics.KindImagePolicy, out.Namespace, out.Name, out.suspended, out.deleting, out.Duration)
+		metrics.RecordReconcile(metrics.Reconcile{Kind: metrics.KindImagePolicy, Namespace: out.Namespace,
+			Name: out.Name, Suspended: out.suspended, Deleting: out.deleting, Took: out.Duration})
 	}
 	attrs := []any{"namespace", out.Namespace, "name", out.Name, "outcome", out.Result,
 		"duration", out.Duration}
@@ -233,16 +234,16 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	if cross && e.NoCrossNamespaceRefs {
 		// Refused before anything of the other namespace is read, as Flux does; only a spec
 		// change cures it.
-		return e.refuse(ctx, pol, token, true, "cross-namespace references are blocked", fmt.Errorf(
+		return e.refuse(ctx, pol, true, "cross-namespace references are blocked", fmt.Errorf(
 			"failed to get the referred ImageRepository: cannot access '%s/%s/%s', cross-namespace references have been blocked",
 			v1.ImageRepositoryKind, repoNS, repoName))
 	}
 	repo, err := w.repositoryFor(ctx, pol, repoNS, repoName)
 	if apierrors.IsNotFound(err) {
 		if cross {
-			return e.refuse(ctx, pol, token, false, "the ImageRepository does not exist", crossNamespaceDenied(pol, repoNS, repoName))
+			return e.refuse(ctx, pol, false, "the ImageRepository does not exist", crossNamespaceDenied(pol, repoNS, repoName))
 		}
-		return e.fail(ctx, pol, token, v1.DependencyNotReadyReason, false, fmt.Errorf(
+		return e.fail(ctx, pol, v1.DependencyNotReadyReason, false, fmt.Errorf(
 			"failed to get the referred ImageRepository: referenced %s %s/%s does not exist",
 			v1.ImageRepositoryKind, repoNS, repoName))
 	}
@@ -253,34 +254,35 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	if denied, err := w.accessDenied(ctx, pol, repo); err != nil {
 		return out, err
 	} else if denied != nil {
-		return e.refuse(ctx, pol, token, false, denied.Error(), crossNamespaceDenied(pol, repoNS, repoName))
+		return e.refuse(ctx, pol, false, denied.Error(), crossNamespaceDenied(pol, repoNS, repoName))
 	}
 	// Only tags listed for the repository as it is now may be used: after a recreation or an
 	// edit whose scan has not succeeded yet, the stored ones belong to another image or list.
 	id, err := RepositoryIdentity(repo)
 	if err != nil {
-		return e.fail(ctx, pol, token, v1.ImageURLInvalidReason, true, err)
+		return e.fail(ctx, pol, v1.ImageURLInvalidReason, true, err)
 	}
 	sel, err := policy.NewSelector(pol.Spec)
 	if err != nil {
-		return e.fail(ctx, pol, token, v1.InvalidPolicyReason, true, err)
+		return e.fail(ctx, pol, v1.InvalidPolicyReason, true, err)
 	}
 	var iv ImageVerifier
 	if pol.Spec.Verify != nil {
 		if iv, err = e.verifierOf(ctx, pol); err != nil {
-			return e.fail(ctx, pol, token, v1.VerificationErrorReason, errors.Is(err, errVerifyConfig), err)
+			return e.fail(ctx, pol, v1.VerificationErrorReason, errors.Is(err, errVerifyConfig), err)
 		}
 	}
-	if out, ok, err := e.advance(ctx, w, pol, token, repo, id, sel, iv); ok {
+	ev := evaluation{pol: pol, repo: repo, sel: sel, iv: iv}
+	if out, ok, err := e.advance(ctx, w, ev, id); ok {
 		return out, err
 	}
 	key := StoreKey(repoNS, repoName)
 	rev, err := w.revision(key, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return e.failNoTags(ctx, pol, token, repo, err)
+		return e.failNoTags(ctx, pol, repo, err)
 	case err != nil:
-		return e.failStore(ctx, pol, token, err)
+		return e.failStore(ctx, pol, err)
 	}
 	inputs := policyInputs{uid: string(pol.UID), generation: pol.Generation, request: token,
 		revision: rev, image: repo.Spec.Image}
@@ -295,11 +297,11 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	entry, err := w.entry(key, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return e.failNoTags(ctx, pol, token, repo, err)
+		return e.failNoTags(ctx, pol, repo, err)
 	case err != nil:
-		return e.failStore(ctx, pol, token, err)
+		return e.failStore(ctx, pol, err)
 	case len(entry.Tags) == 0:
-		return e.failNoTags(ctx, pol, token, repo, nil)
+		return e.failNoTags(ctx, pol, repo, nil)
 	}
 	inputs.revision = entry.Revision
 	read.revision = entry.Revision
@@ -308,21 +310,39 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 		if w.delta != nil && w.delta.id == id {
 			d = w.delta
 		}
-		return read.of(e.evaluateVerified(ctx, pol, token, repo, key, entry, d, sel, iv, inputs))
+		return read.of(e.evaluateVerified(ctx, ev, storedTags{key: key, entry: entry, d: d}, inputs))
 	}
 
 	markStep(ctx, "tags")
 	tag, err := sel.Latest(entry.Tags)
 	if err != nil {
 		// No candidate, or a numerical tag that does not parse: Flux's "Failure".
-		return read.of(e.fail(ctx, pol, token, v1.FailureReason, false, err))
+		return read.of(e.fail(ctx, pol, v1.FailureReason, false, err))
 	}
 	latest := &v1.ImageRef{Name: repo.Spec.Image, Tag: tag}
 	if latest.Digest, err = e.digest(ctx, pol, repo, latest); err != nil {
-		return e.fail(ctx, pol, token, registry.Reason(err), registry.Stalled(err), fmt.Errorf(
+		return e.fail(ctx, pol, registry.Reason(err), registry.Stalled(err), fmt.Errorf(
 			"failed fetching digest of %s: %w", latest.String(), err))
 	}
-	return read.of(e.succeed(ctx, pol, token, latest, inputs, ""))
+	return read.of(e.succeed(ctx, pol, latest, inputs, nil))
+}
+
+// evaluation is what the steps of one evaluation of a policy share: the policy as read, the
+// ImageRepository it refers to, and the selector and the verifier (nil without spec.verify) of
+// its spec.
+type evaluation struct {
+	pol  *v1.ImagePolicy
+	repo *v1.ImageRepository
+	sel  *policy.Selector
+	iv   ImageVerifier
+}
+
+// storedTags is a stored tag list that an evaluation selects from: entry, stored under key, and
+// d, when not nil, the verified delta that produced it.
+type storedTags struct {
+	key   string
+	entry store.Entry
+	d     *delta
 }
 
 // storeRead is the stored tag list an outcome was derived from: its key, identity and revision.
@@ -338,34 +358,47 @@ func (r storeRead) of(out PolicyOutcome, err error) (PolicyOutcome, error) {
 	return out, err
 }
 
-// evaluateVerified selects, among the stored tags of entry, the best whose signature verifies
-// under iv (d, when set, is the verified delta that produced entry), and writes the outcome:
+// evaluateVerified selects, among the stored tags, the best whose signature verifies under the
+// verifier of ev, and writes the outcome:
 // the selected tag, with the better tags it skipped named in the Ready message and a Warning
 // Event; or, when none of the best MaxVerifiedCandidates verifies, Ready=False with latestRef
 // kept as it is.
-func (e *Evaluator) evaluateVerified(ctx context.Context, pol *v1.ImagePolicy, token string, repo *v1.ImageRepository,
-	key string, entry store.Entry, d *delta, sel *policy.Selector, iv ImageVerifier, inputs policyInputs) (PolicyOutcome, error) {
-	tag, digest, skipped, checked, err := e.selectVerified(ctx, pol, repo, key, entry, d, sel, iv)
-	var regErr *registry.Error
-	switch {
-	case errors.As(err, &regErr):
-		return e.fail(ctx, pol, token, registry.Reason(err), registry.Stalled(err), err)
-	case err != nil && (errors.Is(err, policy.ErrNoCandidates) || tag == "" && checked == 0):
-		return e.fail(ctx, pol, token, v1.FailureReason, false, err)
-	case err != nil:
-		// The verifier could not read the registry: a retry may get a verdict.
-		return e.fail(ctx, pol, token, v1.ReadOperationFailedReason, false, err)
-	case tag == "":
-		return e.fail(ctx, pol, token, v1.VerificationErrorReason, false, fmt.Errorf(
-			"no signature verifies for any of the %d best tags, so latestRef is kept: %s", checked, describeSkipped(skipped)))
+func (e *Evaluator) evaluateVerified(ctx context.Context, ev evaluation, stored storedTags, inputs policyInputs) (PolicyOutcome, error) {
+	pol, repo := ev.pol, ev.repo
+	tag, digest, skipped, checked, err := e.selectVerified(ctx, ev, stored)
+	if f, failed := verifiedFailure(tag, checked, skipped, err); failed {
+		return e.fail(ctx, pol, f.reason, f.stalled, f.cause)
 	}
 	latest := &v1.ImageRef{Name: repo.Spec.Image, Tag: tag}
 	latest.Digest = verifiedDigest(pol, latest, digest)
-	note := ""
-	if len(skipped) > 0 {
-		note = skippedNote + describeSkipped(skipped)
+	return e.succeed(ctx, pol, latest, inputs, skipped)
+}
+
+// failure is how an evaluation fails: Ready=False with reason, Stalled when stalled, and cause
+// to report.
+type failure struct {
+	reason  string
+	stalled bool
+	cause   error
+}
+
+// verifiedFailure is how a selection among verified tags fails that selected tag (empty: none)
+// after checking checked candidates and skipping skipped, and ended in err; failed is false when
+// it succeeded.
+func verifiedFailure(tag string, checked int, skipped []skippedTag, err error) (f failure, failed bool) {
+	switch {
+	case errors.As(err, new(*registry.Error)):
+		return failure{registry.Reason(err), registry.Stalled(err), err}, true
+	case err != nil && (errors.Is(err, policy.ErrNoCandidates) || tag == "" && checked == 0):
+		return failure{v1.FailureReason, false, err}, true
+	case err != nil:
+		// The verifier could not read the registry: a retry may get a verdict.
+		return failure{v1.ReadOperationFailedReason, false, err}, true
+	case tag == "":
+		return failure{v1.VerificationErrorReason, false, fmt.Errorf(
+			"no signature verifies for any of the %d best tags, so latestRef is kept: %s", checked, describeSkipped(skipped))}, true
 	}
-	return e.succeed(ctx, pol, token, latest, inputs, note)
+	return failure{}, false
 }
 
 // finalize lets a policy being deleted go, suspended or not: Flux's finalizer, which reflector
@@ -404,10 +437,17 @@ func (e *Evaluator) digest(ctx context.Context, pol *v1.ImagePolicy, repo *v1.Im
 	return scan.Head(ctx, latest.Tag)
 }
 
-// succeed writes a successful evaluation: latestRef (and observedPreviousRef when it changes)
-// and Ready=True with Flux's message, followed by note when there is one; a note that is new
-// is also a Warning Event.
-func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token string, latest *v1.ImageRef, inputs policyInputs, note string) (PolicyOutcome, error) {
+// succeed writes a successful evaluation from inputs: latestRef (and observedPreviousRef when
+// it changes), the reconcile request handled, Ready=True with Flux's message, followed by a note
+// that names the better tags skipped for their signatures, if any (a note that is new is also a
+// Warning Event), and TagsEvaluated with the revision read and whether tags were skipped.
+func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, latest *v1.ImageRef, inputs policyInputs, skipped []skippedTag) (PolicyOutcome, error) {
+	token := inputs.request
+	note := skippedNoteOf(skipped)
+	evaluated := v1.EvaluatedReason
+	if len(skipped) > 0 {
+		evaluated = v1.SkippedUnverifiedReason
+	}
 	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicySucceeded, Latest: latest}
 	var wasReady bool
 	var oldMessage string
@@ -439,8 +479,8 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, token stri
 		markSucceeded(&st.Conditions, pol.Generation, withNote(readyMessage(st), note))
 		// The cron reconciler compares this with the repository's revision to find policies
 		// whose TagsChanged event was lost.
-		set(&st.Conditions, pol.Generation, v1.TagsEvaluatedCondition, metav1.ConditionTrue,
-			v1.EvaluatedReason, inputs.revision)
+		set(&st.Conditions, metav1.Condition{Type: v1.TagsEvaluatedCondition, Status: metav1.ConditionTrue, Reason: evaluated,
+			Message: inputs.revision, ObservedGeneration: pol.Generation})
 		return nil
 	})
 	if err != nil {
@@ -486,13 +526,13 @@ func readyMessage(st *v1.ImagePolicyStatus) string {
 
 // fail writes a failed evaluation, leaving latestRef and observedPreviousRef as they are
 // (statusWriter.fail).
-func (e *Evaluator) fail(ctx context.Context, pol *v1.ImagePolicy, token, reason string, stalled bool, cause error) (PolicyOutcome, error) {
+func (e *Evaluator) fail(ctx context.Context, pol *v1.ImagePolicy, reason string, stalled bool, cause error) (PolicyOutcome, error) {
 	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicyFailed,
 		Latest: pol.Status.LatestRef, Reason: reason, Message: failureMessage(cause)}
 	if stalled {
 		out.Result = PolicyStalled
 	}
-	updated, err := e.status().fail(ctx, pol, token, reason, stalled, out.Message)
+	updated, err := e.status().fail(ctx, pol, reason, stalled, out.Message)
 	out.Latest = updated.Status.LatestRef
 	return out, err
 }
@@ -507,21 +547,18 @@ func crossNamespaceDenied(pol *v1.ImagePolicy, repoNS, repoName string) error {
 
 // refuse records that pol may not use the ImageRepository of another namespace it refers to
 // (reason AccessDenied, Stalled when stalled), as fail does, unless its status already reports
-// exactly that for its generation and its reconcile request: then nothing is written and no
-// Event recorded. Evaluations that repeat a refusal follow the other namespace's repository (its
+// that refusal for its generation and its reconcile request: then nothing is written and no
+// Event recorded. The reason, the stall and the generation tell that refusal; the message
+// follows from them and the spec, and is not read. Evaluations that repeat a refusal follow the other namespace's repository (its
 // tags changing, its creation or deletion), so writing each of them would tell the policy's
 // namespace what happens there. why, which may name what the answer hides, goes only to the
 // function's log.
-func (e *Evaluator) refuse(ctx context.Context, pol *v1.ImagePolicy, token string, stalled bool, why string, cause error) (PolicyOutcome, error) {
+func (e *Evaluator) refuse(ctx context.Context, pol *v1.ImagePolicy, stalled bool, why string, cause error) (PolicyOutcome, error) {
 	logger(e.Log).InfoContext(ctx, "cross-namespace reference refused", "namespace", pol.Namespace, "name", pol.Name,
 		"repository", pol.RepositoryNamespace()+"/"+pol.Spec.ImageRepositoryRef.Name, "why", why)
 	message := failureMessage(cause)
 	st := &pol.Status
-	ready := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition)
-	if ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == v1.AccessDeniedReason &&
-		ready.Message == message && ready.ObservedGeneration == pol.Generation && st.ObservedGeneration == pol.Generation &&
-		apimeta.IsStatusConditionTrue(st.Conditions, v1.StalledCondition) == stalled &&
-		(token == "" || token == st.LastHandledReconcileAt) {
+	if repeatsRefusal(pol, stalled) {
 		out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicyFailed,
 			Latest: st.LatestRef, Reason: v1.AccessDeniedReason, Message: message}
 		if stalled {
@@ -529,14 +566,34 @@ func (e *Evaluator) refuse(ctx context.Context, pol *v1.ImagePolicy, token strin
 		}
 		return out, nil
 	}
-	return e.fail(ctx, pol, token, v1.AccessDeniedReason, stalled, cause)
+	return e.fail(ctx, pol, v1.AccessDeniedReason, stalled, cause)
+}
+
+// repeatsRefusal tells whether pol's status already reports a refusal of its cross-namespace
+// reference (Ready=False with AccessDenied, Stalled as stalled) for its generation and its
+// reconcile request, if any.
+func repeatsRefusal(pol *v1.ImagePolicy, stalled bool) bool {
+	st := &pol.Status
+	token, _ := kube.ReconcileRequest(pol.Annotations)
+	ready := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition)
+	return ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == v1.AccessDeniedReason &&
+		ready.ObservedGeneration == pol.Generation && st.ObservedGeneration == pol.Generation &&
+		apimeta.IsStatusConditionTrue(st.Conditions, v1.StalledCondition) == stalled &&
+		(token == "" || token == st.LastHandledReconcileAt)
 }
 
 // failNoTags reports a repository without stored tags for it as it is now; cause is the store's
 // answer, if any. It never touches latestRef: an empty or lost store (a restart, a fresh volume)
 // must not look like a repository without images, and tags listed for another identity must
 // not be written with this repository's image.
-func (e *Evaluator) failNoTags(ctx context.Context, pol *v1.ImagePolicy, token string, repo *v1.ImageRepository, cause error) (PolicyOutcome, error) {
+func (e *Evaluator) failNoTags(ctx context.Context, pol *v1.ImagePolicy, repo *v1.ImageRepository, cause error) (PolicyOutcome, error) {
+	f := noTagsFailure(repo, cause)
+	return e.fail(ctx, pol, f.reason, f.stalled, f.cause)
+}
+
+// noTagsFailure is the failure of a policy whose repository has no stored tags for it as it is
+// now; cause is the store's answer, if any.
+func noTagsFailure(repo *v1.ImageRepository, cause error) failure {
 	why, reason := "it has not been scanned yet", v1.DependencyNotReadyReason
 	switch {
 	case errors.Is(cause, store.ErrOtherIdentity):
@@ -545,14 +602,14 @@ func (e *Evaluator) failNoTags(ctx context.Context, pol *v1.ImagePolicy, token s
 		// Its tags were lost with a damaged store; the cron reconciler has it scanned again.
 		why, reason = fmt.Sprintf("they were lost when the tag store was found damaged and rebuilt; waiting for its next scan (%v)", cause), v1.TagStoreDamagedReason
 	}
-	return e.fail(ctx, pol, token, reason, false, fmt.Errorf(
-		"no tags in the tag store for %s %s/%s: %s", v1.ImageRepositoryKind, repo.Namespace, repo.Name, why))
+	return failure{reason, false, fmt.Errorf(
+		"no tags in the tag store for %s %s/%s: %s", v1.ImageRepositoryKind, repo.Namespace, repo.Name, why)}
 }
 
 // failStore reports a tag store that could not be read and returns the read error as well, so
 // that the request is delivered again.
-func (e *Evaluator) failStore(ctx context.Context, pol *v1.ImagePolicy, token string, cause error) (PolicyOutcome, error) {
-	out, err := e.fail(ctx, pol, token, StoreReason(cause), false, fmt.Errorf(
+func (e *Evaluator) failStore(ctx context.Context, pol *v1.ImagePolicy, cause error) (PolicyOutcome, error) {
+	out, err := e.fail(ctx, pol, StoreReason(cause), false, fmt.Errorf(
 		"failed to read tags from the tag store: %w", cause))
 	return out, errors.Join(fmt.Errorf("ImagePolicy %s/%s: %w", pol.Namespace, pol.Name, cause), err)
 }

@@ -202,10 +202,11 @@ func (f *evalFixture) evaluate(t testing.TB, ns, name string) reconcile.PolicyOu
 	return out
 }
 
-// waitEvent waits for a Kubernetes Event about the policy ns/name of the given type whose
-// message contains msg.
-func (f *evalFixture) waitEvent(t testing.TB, ns, name, typ, reason, msg string) {
+// waitEvent waits for a Kubernetes Event about the policy name in f's namespace of the given
+// type whose message contains msg.
+func (f *evalFixture) waitEvent(t testing.TB, name, typ, reason, msg string) {
 	t.Helper()
+	ns := f.ns
 	testenv.Eventually(t, 10*time.Second, func() error {
 		list, err := f.kube.Events.List(context.Background(), ns, metav1.ListOptions{
 			FieldSelector: "involvedObject.name=" + name,
@@ -224,10 +225,20 @@ func (f *evalFixture) waitEvent(t testing.TB, ns, name, typ, reason, msg string)
 	})
 }
 
+// wantReady is the outcome checkReady expects: Ready's status and reason, a part of its
+// message, and whether the policy is stalled.
+type wantReady struct {
+	status  metav1.ConditionStatus
+	reason  string
+	msg     string
+	stalled bool
+}
+
 // checkReady checks the Ready, Reconciling and Stalled conditions of a policy as Flux's
-// conventions set them for the given outcome.
-func checkReady(t testing.TB, p *v1.ImagePolicy, status metav1.ConditionStatus, reason, msg string, stalled bool) {
+// conventions set them for the outcome want.
+func checkReady(t testing.TB, p *v1.ImagePolicy, want wantReady) {
 	t.Helper()
+	status, reason, msg, stalled := want.status, want.reason, want.msg, want.stalled
 	ready := apimeta.FindStatusCondition(p.Status.Conditions, v1.ReadyCondition)
 	if ready == nil {
 		t.Fatalf("%s: no Ready condition: %+v", p.Name, p.Status)

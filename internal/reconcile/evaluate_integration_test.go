@@ -117,7 +117,7 @@ func TestEvaluateIntegrationRules(t *testing.T) {
 			if tc.tag != "" {
 				status = metav1.ConditionTrue
 			}
-			checkReady(t, p, status, tc.reason, tc.message, tc.stalled)
+			checkReady(t, p, wantReady{status, tc.reason, tc.message, tc.stalled})
 			want := prior()
 			if tc.tag != "" {
 				want = &v1.ImageRef{Name: img, Tag: tc.tag}
@@ -145,9 +145,9 @@ func TestEvaluateIntegrationRules(t *testing.T) {
 				}
 			}
 			if tc.tag == "" {
-				f.waitEvent(t, f.ns, tc.name, corev1.EventTypeWarning, tc.reason, tc.message)
+				f.waitEvent(t, tc.name, corev1.EventTypeWarning, tc.reason, tc.message)
 			} else {
-				f.waitEvent(t, f.ns, tc.name, corev1.EventTypeNormal, v1.SucceededReason, tc.message)
+				f.waitEvent(t, tc.name, corev1.EventTypeNormal, v1.SucceededReason, tc.message)
 			}
 		})
 	}
@@ -201,14 +201,14 @@ func TestEvaluateIntegrationCrossNamespace(t *testing.T) {
 		out := f.evaluate(t, tc.ns, tc.repo)
 		p := f.get(t, tc.ns, tc.repo)
 		if tc.allowed {
-			checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false)
+			checkReady(t, p, wantReady{metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false})
 			continue
 		}
 		refused = append(refused, tc.repo)
 		if out.Result != reconcile.PolicyFailed || out.Reason != v1.AccessDeniedReason || out.Message != denied(tc.repo) {
 			t.Errorf("%s/%s: outcome %+v", tc.ns, tc.repo, out)
 		}
-		checkReady(t, p, metav1.ConditionFalse, v1.AccessDeniedReason, denied(tc.repo), false)
+		checkReady(t, p, wantReady{metav1.ConditionFalse, v1.AccessDeniedReason, denied(tc.repo), false})
 		if ready := apimeta.FindStatusCondition(p.Status.Conditions, v1.ReadyCondition); ready.Message != denied(tc.repo) {
 			t.Errorf("%s/%s: Ready message %q, want exactly %q", tc.ns, tc.repo, ready.Message, denied(tc.repo))
 		}
@@ -258,7 +258,7 @@ func TestEvaluateIntegrationCrossNamespace(t *testing.T) {
 	if out := f.evaluate(t, red, "blue-only"); out.Result != reconcile.PolicySucceeded {
 		t.Errorf("after relabelling: %+v", out)
 	}
-	checkReady(t, f.get(t, red, "blue-only"), metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.2.0", false)
+	checkReady(t, f.get(t, red, "blue-only"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.2.0", false})
 }
 
 // checkRefusalEvents checks that each ImagePolicy of ns named in policies has exactly one
@@ -314,7 +314,7 @@ func TestEvaluateIntegrationNoCrossNamespaceRefs(t *testing.T) {
 			t.Errorf("%s/%s: outcome %+v", other, repo, out)
 		}
 		p := f.get(t, other, repo)
-		checkReady(t, p, metav1.ConditionFalse, v1.AccessDeniedReason, blocked(repo), true)
+		checkReady(t, p, wantReady{metav1.ConditionFalse, v1.AccessDeniedReason, blocked(repo), true})
 		if p.Status.LatestRef != nil {
 			t.Errorf("%s/%s: a blocked reference gave latestRef %s", other, repo, p.Status.LatestRef)
 		}
@@ -343,7 +343,7 @@ func TestEvaluateIntegrationPolicyEdited(t *testing.T) {
 		t.Errorf("first evaluation: %+v", out)
 	}
 	p := f.get(t, f.ns, "app")
-	checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, "", false)
+	checkReady(t, p, wantReady{metav1.ConditionTrue, v1.SucceededReason, "", false})
 	if msg := p.Status.Conditions[0].Message; msg != "Latest image tag for 'ghcr.io/org/app' resolved to 2.0.0" {
 		t.Errorf("message %q", msg)
 	}
@@ -359,11 +359,11 @@ func TestEvaluateIntegrationPolicyEdited(t *testing.T) {
 	}
 	p = f.get(t, f.ns, "app")
 	const msg = "Latest image tag for 'ghcr.io/org/app' updated from 2.0.0 to zeta"
-	checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, msg, false)
+	checkReady(t, p, wantReady{metav1.ConditionTrue, v1.SucceededReason, msg, false})
 	if p.Generation == created.Generation || !sameRef(p.Status.LatestRef, second) || !sameRef(p.Status.ObservedPreviousRef, first) {
 		t.Errorf("status after the edit: generation %d, %+v", p.Generation, p.Status)
 	}
-	f.waitEvent(t, f.ns, "app", corev1.EventTypeNormal, v1.SucceededReason, msg)
+	f.waitEvent(t, "app", corev1.EventTypeNormal, v1.SucceededReason, msg)
 
 	got := f.sink.about(f.ns, "app")
 	if len(got) != 2 || got[0].Previous != nil || !sameRef(got[0].Latest, first) ||
@@ -425,7 +425,7 @@ func TestEvaluateIntegrationDigestReflection(t *testing.T) {
 		}
 	}
 	// Flux's message names the tag; the digest is in latestRef.
-	checkReady(t, f.get(t, f.ns, "always"), metav1.ConditionTrue, v1.SucceededReason, "Latest image tag for '"+image+"' resolved to 1.1.0", false)
+	checkReady(t, f.get(t, f.ns, "always"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "Latest image tag for '" + image + "' resolved to 1.1.0", false})
 
 	// 1.1.0 moves to a new image; the tag list is the same.
 	d2 := reg.Push(t, "app", "1.1.0")
@@ -452,8 +452,7 @@ func TestEvaluateIntegrationDigestReflection(t *testing.T) {
 	if !out.Changed || !sameRef(out.Latest, want(d2)) || !sameRef(out.Previous, want(d1)) || heads() != before+1 {
 		t.Errorf("always after the move: %+v, %d HEAD requests", out, heads()-before)
 	}
-	checkReady(t, f.get(t, f.ns, "always"), metav1.ConditionTrue, v1.SucceededReason,
-		"Latest image tag for '"+image+"' resolved to 1.1.0", false)
+	checkReady(t, f.get(t, f.ns, "always"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "Latest image tag for '" + image + "' resolved to 1.1.0", false})
 	if got := f.sink.about(f.ns, "always"); len(got) != 2 || !sameRef(got[1].Latest, want(d2)) {
 		t.Errorf("LatestChanged events of always: %+v", got)
 	}
@@ -492,7 +491,7 @@ func TestEvaluateIntegrationDigestFailureKeepsLatestRef(t *testing.T) {
 	if out.Result != reconcile.PolicyFailed || !sameRef(p.Status.LatestRef, wantRef) {
 		t.Errorf("outcome %+v, latestRef %s", out, refString(p.Status.LatestRef))
 	}
-	checkReady(t, p, metav1.ConditionFalse, v1.ReadOperationFailedReason, `tag "2.0.0" not found`, false)
+	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.ReadOperationFailedReason, `tag "2.0.0" not found`, false})
 }
 
 // TestEvaluateIntegrationStoreEntryLostKeepsLatestRef: a store entry deleted or emptied under a
@@ -514,7 +513,7 @@ func TestEvaluateIntegrationStoreEntryLostKeepsLatestRef(t *testing.T) {
 	if out.Result != reconcile.PolicyFailed || !sameRef(p.Status.LatestRef, want) {
 		t.Errorf("after deleting the entry: %+v, latestRef %s", out, refString(p.Status.LatestRef))
 	}
-	checkReady(t, p, metav1.ConditionFalse, v1.DependencyNotReadyReason, "no tags in the tag store", false)
+	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.DependencyNotReadyReason, "no tags in the tag store", false})
 
 	f.put(t, f.ns, "app")
 	out = f.evaluate(t, f.ns, "app")
@@ -529,7 +528,7 @@ func TestEvaluateIntegrationStoreEntryLostKeepsLatestRef(t *testing.T) {
 	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySucceeded || out.Changed {
 		t.Errorf("after the store came back: %+v", out)
 	}
-	checkReady(t, f.get(t, f.ns, "app"), metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false)
+	checkReady(t, f.get(t, f.ns, "app"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false})
 }
 
 // TestEvaluateIntegrationDamagedStoreKeepsLatestRef: a damaged store, read before a writer set
@@ -568,7 +567,7 @@ func TestEvaluateIntegrationDamagedStoreKeepsLatestRef(t *testing.T) {
 		t.Errorf("on the damaged store: %+v, %v; want TagStoreDamaged and ErrCorrupt", out, err)
 	}
 	p := f.get(t, f.ns, "app")
-	checkReady(t, p, metav1.ConditionFalse, v1.TagStoreDamagedReason, "tag store is unreadable", false)
+	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.TagStoreDamagedReason, "tag store is unreadable", false})
 	if !sameRef(p.Status.LatestRef, want) {
 		t.Errorf("on the damaged store: latestRef %s, want 1.1.0 kept", refString(p.Status.LatestRef))
 	}
@@ -582,7 +581,7 @@ func TestEvaluateIntegrationDamagedStoreKeepsLatestRef(t *testing.T) {
 		t.Errorf("on the rebuilt store: %+v, want TagStoreDamaged", out)
 	}
 	p = f.get(t, f.ns, "app")
-	checkReady(t, p, metav1.ConditionFalse, v1.TagStoreDamagedReason, "lost when the tag store was found damaged", false)
+	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.TagStoreDamagedReason, "lost when the tag store was found damaged", false})
 	if !sameRef(p.Status.LatestRef, want) {
 		t.Errorf("on the rebuilt store: latestRef %s, want 1.1.0 kept", refString(p.Status.LatestRef))
 	}
@@ -594,7 +593,7 @@ func TestEvaluateIntegrationDamagedStoreKeepsLatestRef(t *testing.T) {
 	if out := f.evaluateWith(t, ev); out.Result != reconcile.PolicySucceeded || out.Changed {
 		t.Errorf("once the tags are back: %+v, want the same latestRef", out)
 	}
-	checkReady(t, f.get(t, f.ns, "app"), metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false)
+	checkReady(t, f.get(t, f.ns, "app"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false})
 	if got := f.sink.about(f.ns, "app"); len(got) != 1 {
 		t.Errorf("%d LatestChanged events, want only the first resolution", len(got))
 	}
@@ -673,7 +672,7 @@ func TestEvaluateIntegrationStoreHeldByWriter(t *testing.T) {
 		t.Errorf("held past the wait: %+v, %v", out, err)
 	}
 	p := f.get(t, f.ns, "app")
-	checkReady(t, p, metav1.ConditionFalse, v1.ReadOperationFailedReason, "tag store is held by another process", false)
+	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.ReadOperationFailedReason, "tag store is held by another process", false})
 	if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != "1.1.0" {
 		t.Errorf("latestRef %s, want 1.1.0 kept", refString(p.Status.LatestRef))
 	}
@@ -786,7 +785,7 @@ func TestEvaluateIntegrationRefusingSinkIsNotFatal(t *testing.T) {
 	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySucceeded || !out.Changed {
 		t.Errorf("outcome %+v", out)
 	}
-	checkReady(t, f.get(t, f.ns, "app"), metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.0.0", false)
+	checkReady(t, f.get(t, f.ns, "app"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.0.0", false})
 	if !strings.Contains(f.logs.String(), "announcing a new latest image") {
 		t.Errorf("refusal not logged: %s", f.logs)
 	}

@@ -165,7 +165,7 @@ func TestFinalizerIntegrationFluxObjects(t *testing.T) {
 			t.Fatalf("evaluation of %s: %+v, %v", name, out, err)
 		}
 		p := f.get(t, f.ns, name)
-		checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, "Latest image tag for '"+image+"' updated from 1.0.0 to 1.1.0", false)
+		checkReady(t, p, wantReady{metav1.ConditionTrue, v1.SucceededReason, "Latest image tag for '" + image + "' updated from 1.0.0 to 1.1.0", false})
 		if prev := p.Status.ObservedPreviousRef; prev == nil || prev.Tag != "1.0.0" {
 			t.Errorf("%s: observedPreviousRef %s, want Flux's latestRef", name, refString(prev))
 		}

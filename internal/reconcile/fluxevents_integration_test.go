@@ -92,12 +92,21 @@ func (r *fluxReceiver) about(kind, namespace, name string) []eventv1.Event {
 	return out
 }
 
+// fluxEvent is an event checkFluxEvent expects.
+type fluxEvent struct {
+	kind, namespace, name     string
+	severity, reason, message string
+	metadata                  map[string]string
+}
+
 // checkFluxEvent checks one event as Flux's image-reflector-controller posts it: the object as
 // an Alert's eventSources names it, the severity an Alert's eventSeverity filters on, Flux's
 // reason and message, and as metadata only the object's event.toolkit.fluxcd.io/ annotations
-// (Flux's controller sends no revision for these kinds).
-func checkFluxEvent(t *testing.T, e eventv1.Event, kind, namespace, name, severity, reason, message string, metadata map[string]string) {
+// (Flux's controller sends no revision for these kinds). want's message is a part of the event's.
+func checkFluxEvent(t *testing.T, e eventv1.Event, want fluxEvent) {
 	t.Helper()
+	kind, namespace, name := want.kind, want.namespace, want.name
+	severity, reason, message, metadata := want.severity, want.reason, want.message, want.metadata
 	o := e.InvolvedObject
 	if o.APIVersion != v1.GroupVersion.String() || o.Kind != kind || o.Namespace != namespace || o.Name != name || o.UID == "" {
 		t.Errorf("involvedObject = %+v, want %s %s %s/%s", o, v1.GroupVersion, kind, namespace, name)
@@ -136,8 +145,7 @@ func TestFluxEventsIntegrationScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := nc.wait(t, v1.ImageRepositoryKind, f.ns, "app", 1)
-	checkFluxEvent(t, got[0], v1.ImageRepositoryKind, f.ns, "app", eventv1.EventSeverityInfo, v1.SucceededReason,
-		"successful scan: found 2 tags", team)
+	checkFluxEvent(t, got[0], fluxEvent{v1.ImageRepositoryKind, f.ns, "app", eventv1.EventSeverityInfo, v1.SucceededReason, "successful scan: found 2 tags", team})
 	if got[0].Action != fluxevent.ActionScan {
 		t.Errorf("action %q", got[0].Action)
 	}
@@ -152,16 +160,14 @@ func TestFluxEventsIntegrationScan(t *testing.T) {
 		t.Fatalf("failing scan: %+v, %v", out, err)
 	}
 	got = nc.wait(t, v1.ImageRepositoryKind, f.ns, "app", 2)
-	checkFluxEvent(t, got[1], v1.ImageRepositoryKind, f.ns, "app", eventv1.EventSeverityError, v1.AuthenticationFailedReason,
-		"UNAUTHORIZED", team)
+	checkFluxEvent(t, got[1], fluxEvent{v1.ImageRepositoryKind, f.ns, "app", eventv1.EventSeverityError, v1.AuthenticationFailedReason, "UNAUTHORIZED", team})
 
 	// Recovering is news even with the same tags, as Flux posts a Ready that follows a failure.
 	if _, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil {
 		t.Fatal(err)
 	}
 	got = nc.wait(t, v1.ImageRepositoryKind, f.ns, "app", 3)
-	checkFluxEvent(t, got[2], v1.ImageRepositoryKind, f.ns, "app", eventv1.EventSeverityInfo, v1.SucceededReason,
-		"successful scan: found 2 tags", team)
+	checkFluxEvent(t, got[2], fluxEvent{v1.ImageRepositoryKind, f.ns, "app", eventv1.EventSeverityInfo, v1.SucceededReason, "successful scan: found 2 tags", team})
 
 	// New tags are news.
 	f.reg.Push(t, "app", "1.2.0")
@@ -169,8 +175,7 @@ func TestFluxEventsIntegrationScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = nc.wait(t, v1.ImageRepositoryKind, f.ns, "app", 4)
-	checkFluxEvent(t, got[3], v1.ImageRepositoryKind, f.ns, "app", eventv1.EventSeverityInfo, v1.SucceededReason,
-		"successful scan: found 3 tags", team)
+	checkFluxEvent(t, got[3], fluxEvent{v1.ImageRepositoryKind, f.ns, "app", eventv1.EventSeverityInfo, v1.SucceededReason, "successful scan: found 3 tags", team})
 
 	// A spec that cannot be scanned is a Stalled failure, posted as an error too.
 	f.createRepo(t, "tagged", func(r *v1.ImageRepository) { r.Spec.Image += ":v1" })
@@ -178,7 +183,7 @@ func TestFluxEventsIntegrationScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = nc.wait(t, v1.ImageRepositoryKind, f.ns, "tagged", 1)
-	checkFluxEvent(t, got[0], v1.ImageRepositoryKind, f.ns, "tagged", eventv1.EventSeverityError, v1.ImageURLInvalidReason, "", nil)
+	checkFluxEvent(t, got[0], fluxEvent{v1.ImageRepositoryKind, f.ns, "tagged", eventv1.EventSeverityError, v1.ImageURLInvalidReason, "", nil})
 }
 
 func TestFluxEventsIntegrationEvaluate(t *testing.T) {
@@ -191,8 +196,7 @@ func TestFluxEventsIntegrationEvaluate(t *testing.T) {
 
 	f.evaluate(t, f.ns, "app")
 	got := nc.wait(t, v1.ImagePolicyKind, f.ns, "app", 1)
-	checkFluxEvent(t, got[0], v1.ImagePolicyKind, f.ns, "app", eventv1.EventSeverityInfo, v1.SucceededReason,
-		"Latest image tag for 'ghcr.io/org/app' resolved to 1.1.0", nil)
+	checkFluxEvent(t, got[0], fluxEvent{v1.ImagePolicyKind, f.ns, "app", eventv1.EventSeverityInfo, v1.SucceededReason, "Latest image tag for 'ghcr.io/org/app' resolved to 1.1.0", nil})
 	if got[0].Action != fluxevent.ActionSelectImage {
 		t.Errorf("action %q", got[0].Action)
 	}
@@ -203,20 +207,18 @@ func TestFluxEventsIntegrationEvaluate(t *testing.T) {
 	f.put(t, f.ns, "app", "1.0.0", "1.1.0", "1.2.0")
 	f.evaluate(t, f.ns, "app")
 	got = nc.wait(t, v1.ImagePolicyKind, f.ns, "app", 2)
-	checkFluxEvent(t, got[1], v1.ImagePolicyKind, f.ns, "app", eventv1.EventSeverityInfo, v1.SucceededReason,
-		"Latest image tag for 'ghcr.io/org/app' updated from 1.1.0 to 1.2.0", nil)
+	checkFluxEvent(t, got[1], fluxEvent{v1.ImagePolicyKind, f.ns, "app", eventv1.EventSeverityInfo, v1.SucceededReason, "Latest image tag for 'ghcr.io/org/app' updated from 1.1.0 to 1.2.0", nil})
 
 	// A failed evaluation is posted with severity error.
 	f.policy(t, f.ns, "orphan", v1.ImagePolicySpec{ImageRepositoryRef: refTo("missing"), Policy: semver("^1")})
 	f.evaluate(t, f.ns, "orphan")
 	got = nc.wait(t, v1.ImagePolicyKind, f.ns, "orphan", 1)
-	checkFluxEvent(t, got[0], v1.ImagePolicyKind, f.ns, "orphan", eventv1.EventSeverityError, v1.DependencyNotReadyReason,
-		"referenced ImageRepository "+f.ns+"/missing does not exist", nil)
+	checkFluxEvent(t, got[0], fluxEvent{v1.ImagePolicyKind, f.ns, "orphan", eventv1.EventSeverityError, v1.DependencyNotReadyReason, "referenced ImageRepository " + f.ns + "/missing does not exist", nil})
 
 	f.policy(t, f.ns, "none", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("^7")})
 	f.evaluate(t, f.ns, "none")
 	got = nc.wait(t, v1.ImagePolicyKind, f.ns, "none", 1)
-	checkFluxEvent(t, got[0], v1.ImagePolicyKind, f.ns, "none", eventv1.EventSeverityError, v1.FailureReason, "", nil)
+	checkFluxEvent(t, got[0], fluxEvent{v1.ImagePolicyKind, f.ns, "none", eventv1.EventSeverityError, v1.FailureReason, "", nil})
 }
 
 // A notification-controller that takes the request and never answers holds up no scan.

@@ -87,7 +87,7 @@ func (f *identityFixture) checkWaits(t *testing.T, kept *v1.ImageRef) {
 		t.Errorf("evaluation of the repository's policies: %+v", outs)
 	}
 	p := f.get(t, f.ns, "app")
-	checkReady(t, p, metav1.ConditionFalse, v1.DependencyNotReadyReason, "waiting for a scan of its current spec", false)
+	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.DependencyNotReadyReason, "waiting for a scan of its current spec", false})
 	if !sameRef(p.Status.LatestRef, kept) {
 		t.Errorf("latestRef %s, want %s kept", refString(p.Status.LatestRef), kept)
 	}

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilclock "k8s.io/utils/clock"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
@@ -19,6 +20,7 @@ import (
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/metrics"
 	"github.com/imagereflector/reflector/internal/policy"
+	"github.com/imagereflector/reflector/internal/reconcile/coalesce"
 	"github.com/imagereflector/reflector/internal/redact"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
@@ -114,18 +116,16 @@ type Scanner struct {
 	// without it, the scan reads the watch cache.
 	Cached CachedRepositories
 
-	mu      sync.Mutex
-	running map[string]*pending
+	queueOnce sync.Once
+	queue     *coalesce.Queue[string, followUp]
 }
 
-// pending collects the requests that arrive while a scan of the same repository runs.
-type pending struct {
-	requested bool
-	hint      *Hint
+// followUp is what the requests collected while a scan of a repository runs add up to: the
+// follow-up scan that they cause.
+type followUp struct {
+	hint *Hint
 	// trace is the trace of the latest request, which the follow-up scan continues.
 	trace context.Context
-	// first and last are when the first and the latest of the collected requests arrived.
-	first, last time.Time
 	// read is when the running scan had its object; zero until it has. recorded is the latest
 	// time at which a collected request's own reconcile-request patch was sent. See joinable.
 	read, recorded time.Time
@@ -135,14 +135,36 @@ type pending struct {
 	recs []*Recording
 }
 
+// mergeFollowUp adds the request req to the follow-up f (some tells whether f collected any
+// request yet): a full listing absorbs any hint (mergeHints), the latest request's trace is
+// continued, and the times and patches add up. The running scan's read stays.
+func mergeFollowUp(f followUp, some bool, req followUp) followUp {
+	f.hint = mergeHints(some, f.hint, req.hint)
+	f.trace = req.trace
+	if req.recorded.After(f.recorded) {
+		f.recorded = req.recorded
+	}
+	f.recs = append(f.recs, req.recs...)
+	return f
+}
+
 // joinable tells whether a request may join the collected ones without recording its own: the
 // follow-up scan has not started, and one of its requests was recorded by a patch sent after
 // the running scan had its object. That patch reached the apiserver after the object the
 // running scan works from was read, so the running scan does not mark its request handled, and
 // the object keeps a request unhandled until a scan that starts later, the follow-up, handles
 // it.
-func (p *pending) joinable() bool {
-	return p.requested && !p.read.IsZero() && p.recorded.After(p.read)
+func (f followUp) joinable() bool {
+	return !f.read.IsZero() && f.recorded.After(f.read)
+}
+
+// scans returns the queue that runs one scan per repository at a time and coalesces the
+// requests that arrive meanwhile.
+func (s *Scanner) scans() *coalesce.Queue[string, followUp] {
+	s.queueOnce.Do(func() {
+		s.queue = coalesce.New[string](utilclock.RealClock{}, mergeFollowUp)
+	})
+	return s.queue
 }
 
 // Scan scans namespace/name. With a hint it may add the pushed tags incrementally; without one
@@ -150,20 +172,13 @@ func (p *pending) joinable() bool {
 // one follow-up scan and Scan returns at once. A follow-up that lists pushed tags waits until
 // requests stop arriving (see burstQuiet), so that a burst of pushes costs one listing.
 func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) (ScanOutcome, error) {
-	return s.run(ctx, namespace, name, nil, hint, time.Time{})
+	return s.run(ctx, scanRequest{namespace: namespace, name: name, hint: hint})
 }
 
 // ScanObject is Scan of repo, as the caller has just read or written it: the scan uses it instead
 // of reading the object again. A follow-up scan reads the object afresh.
 func (s *Scanner) ScanObject(ctx context.Context, repo *v1.ImageRepository, hint *Hint) (ScanOutcome, error) {
-	return s.run(ctx, repo.Namespace, repo.Name, repo, hint, time.Time{})
-}
-
-// ScanRecorded is ScanObject of repo as the caller's own reconcile-request patch, sent at sent
-// (taken before the request went out), returned it: a request recorded in the object, which
-// later requests may join (Join).
-func (s *Scanner) ScanRecorded(ctx context.Context, repo *v1.ImageRepository, hint *Hint, sent time.Time) (ScanOutcome, error) {
-	return s.run(ctx, repo.Namespace, repo.Name, repo, hint, sent)
+	return s.run(ctx, scanRequest{namespace: repo.Namespace, name: repo.Name, read: repo, hint: hint})
 }
 
 // ScanBeside scans namespace/name while rec's reconcile-request patch is on its way: it reads
@@ -171,47 +186,37 @@ func (s *Scanner) ScanRecorded(ctx context.Context, repo *v1.ImageRepository, hi
 // status only after the patch has returned (see Recording). A request that joins a scan already
 // running returns at once, as with Scan.
 func (s *Scanner) ScanBeside(ctx context.Context, namespace, name string, hint *Hint, rec *Recording) (ScanOutcome, error) {
-	return s.runFor(ctx, namespace, name, nil, hint, rec.sent, rec)
+	return s.run(ctx, scanRequest{namespace: namespace, name: name, hint: hint, sent: rec.sent, rec: rec})
 }
 
 // Join merges a request for namespace/name into the follow-up scan already collected for it,
 // when a request recorded in the object after the running scan read it is among those collected
-// (see pending.joinable), and reports whether it did. A joined request needs no record of its
+// (see followUp.joinable), and reports whether it did. A joined request needs no record of its
 // own: the follow-up scan starts after the join, and when the process stops before it does, the
 // request that the object still carries unhandled makes the cron reconciler scan. When Join
-// reports false, the caller records the request and calls ScanRecorded.
+// reports false, the caller records the request and scans beside its patch (ScanBeside).
 func (s *Scanner) Join(ctx context.Context, namespace, name string, hint *Hint) bool {
-	s.mu.Lock()
-	p, ok := s.running[StoreKey(namespace, name)]
-	if !ok || !p.joinable() {
-		s.mu.Unlock()
+	if !s.scans().Join(StoreKey(namespace, name), followUp{hint: hint, trace: ctx}, followUp.joinable) {
 		return false
 	}
-	s.collect(ctx, p, hint)
-	s.mu.Unlock()
 	logger(s.Log).InfoContext(ctx, "scan", "namespace", namespace, "name", name, "skipped", SkippedCoalesced)
 	return true
 }
 
-// collect adds a request to p. s.mu is held.
-func (s *Scanner) collect(ctx context.Context, p *pending, hint *Hint) {
-	// Waits are measured in real time, whatever clock the status is written with.
-	now := time.Now()
-	if !p.requested {
-		p.first = now
-	}
-	p.hint = mergeHints(p.requested, p.hint, hint)
-	p.requested = true
-	p.trace = ctx
-	p.last = now
+// haveObject records that the running scan of key has its object, at a time no earlier than
+// when it was read.
+func (s *Scanner) haveObject(key string) {
+	s.scans().With(key, func(f *followUp, _ bool) { f.read = time.Now() })
 }
 
-// haveObject records that the running scan has its object, at a time no earlier than when it
-// was read.
-func (s *Scanner) haveObject(p *pending) {
-	s.mu.Lock()
-	p.read = time.Now()
-	s.mu.Unlock()
+// recordedAt records that the patch rec of a request collected for key, sent at sent, has
+// returned, while the follow-up it was collected for has not started.
+func (s *Scanner) recordedAt(key string, rec *Recording, sent time.Time) {
+	s.scans().With(key, func(f *followUp, _ bool) {
+		if slices.Contains(f.recs, rec) && sent.After(f.recorded) {
+			f.recorded = sent
+		}
+	})
 }
 
 // Warm readies the tag store for a scan that is about to start (store.Store.Warm): the scan
@@ -222,86 +227,76 @@ func (s *Scanner) Warm() {
 	}
 }
 
-// run scans namespace/name, starting from read when it is not nil; sent is when the request's
-// own reconcile-request patch was sent, zero for a request that did not record itself.
-func (s *Scanner) run(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint, sent time.Time) (ScanOutcome, error) {
-	return s.runFor(ctx, namespace, name, read, hint, sent, nil)
+// scanRequest is one request to scan namespace/name.
+type scanRequest struct {
+	namespace, name string
+	// read, when not nil, is the object as the caller has just read or written it, which the
+	// scan starts from.
+	read *v1.ImageRepository
+	hint *Hint
+	// sent is when the request's own reconcile-request patch was sent, zero for a request that
+	// did not record itself; rec, when not nil, is that patch, still on its way.
+	sent time.Time
+	rec  *Recording
 }
 
-// runFor is run of a request whose reconcile-request patch, when rec is not nil, is still on
-// its way.
-func (s *Scanner) runFor(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint, sent time.Time, rec *Recording) (ScanOutcome, error) {
-	key := StoreKey(namespace, name)
-	s.mu.Lock()
-	if s.running == nil {
-		s.running = map[string]*pending{}
+// run scans as req asks, or merges req into the follow-up of a scan of the same repository
+// that is running.
+func (s *Scanner) run(ctx context.Context, req scanRequest) (ScanOutcome, error) {
+	key := StoreKey(req.namespace, req.name)
+	asked := followUp{hint: req.hint, trace: ctx}
+	if req.rec != nil {
+		asked.recs = []*Recording{req.rec}
+	} else {
+		asked.recorded = req.sent
 	}
-	if p, ok := s.running[key]; ok {
-		s.collect(ctx, p, hint)
-		switch {
-		case rec != nil:
+	if !s.scans().Request(key, asked) {
+		if rec := req.rec; rec != nil {
 			// A request whose patch is still on its way counts as recorded once the patch
 			// has returned, before its sender hears of it.
-			p.recs = append(p.recs, rec)
-			done, ok := rec.whenRecorded(func() {
-				s.mu.Lock()
-				if s.running[key] == p && slices.Contains(p.recs, rec) && sent.After(p.recorded) {
-					p.recorded = sent
-				}
-				s.mu.Unlock()
-			})
-			if done && ok && sent.After(p.recorded) {
-				p.recorded = sent
+			done, ok := rec.whenRecorded(func() { s.recordedAt(key, rec, req.sent) })
+			if done && ok {
+				s.recordedAt(key, rec, req.sent)
 			}
-		case sent.After(p.recorded):
-			p.recorded = sent
 		}
-		s.mu.Unlock()
-		logger(s.Log).InfoContext(ctx, "scan", "namespace", namespace, "name", name, "skipped", SkippedCoalesced)
+		logger(s.Log).InfoContext(ctx, "scan", "namespace", req.namespace, "name", req.name, "skipped", SkippedCoalesced)
 		return ScanOutcome{Skipped: SkippedCoalesced}, nil
 	}
-	p := &pending{}
-	s.running[key] = p
-	s.mu.Unlock()
 
 	for {
-		out, err := s.scan(ctx, namespace, name, read, hint, p, rec)
-		read, rec = nil, nil
-		s.mu.Lock()
-		if p.requested && ctx.Err() == nil && p.hint != nil && s.lists(p.hint, out.TagCount) {
-			s.mu.Unlock()
-			s.settle(ctx, p)
-			s.mu.Lock()
+		out, err := s.scan(ctx, req, key)
+		req.read, req.rec = nil, nil
+		// A follow-up that lists waits for the burst of pushes that it answers to end.
+		var lists bool
+		s.scans().With(key, func(f *followUp, some bool) {
+			lists = some && f.hint != nil && s.lists(f.hint, out.TagCount)
+		})
+		if lists && ctx.Err() == nil {
+			s.scans().Settle(ctx, key, quietFor, burstWait)
 		}
-		if !p.requested || ctx.Err() != nil {
-			delete(s.running, key)
-			s.mu.Unlock()
+		if s.scans().Done(key, ctx.Err() != nil) {
 			return out, err
 		}
-		s.mu.Unlock()
-		s.awaitRecorded(ctx, p)
-		s.mu.Lock()
-		hint = p.hint
-		ctx = trace.Copy(ctx, p.trace)
-		p.requested, p.hint, p.trace = false, nil, nil
-		p.read, p.recorded, p.recs = time.Time{}, time.Time{}, nil
-		s.mu.Unlock()
+		s.awaitRecorded(ctx, key)
+		next := s.scans().Take(key)
+		req.hint = next.hint
+		ctx = trace.Copy(ctx, next.trace)
 	}
 }
 
-// awaitRecorded waits until the patches of the requests collected in p have returned, or ctx
+// awaitRecorded waits until the patches of the requests collected for key have returned, or ctx
 // ends; requests collected while it waits are waited for too.
-func (s *Scanner) awaitRecorded(ctx context.Context, p *pending) {
+func (s *Scanner) awaitRecorded(ctx context.Context, key string) {
 	for {
-		s.mu.Lock()
 		var open *Recording
-		for _, r := range p.recs {
-			if !r.finished() {
-				open = r
-				break
+		s.scans().With(key, func(f *followUp, _ bool) {
+			for _, r := range f.recs {
+				if !r.finished() {
+					open = r
+					break
+				}
 			}
-		}
-		s.mu.Unlock()
+		})
 		if open == nil {
 			return
 		}
@@ -328,32 +323,12 @@ const (
 	burstWait  = 30 * time.Second
 )
 
-// settle waits until the requests collected in p stop arriving, or ctx ends.
-func (s *Scanner) settle(ctx context.Context, p *pending) {
-	start := time.Now()
-	for {
-		s.mu.Lock()
-		now := time.Now()
-		quiet := buildQuiet
-		if p.hint == nil || p.hint.pushed() > burstTags {
-			quiet = burstQuiet
-		}
-		d := min(p.last.Add(quiet).Sub(now), p.first.Add(burstWait).Sub(now))
-		s.mu.Unlock()
-		if deadline, ok := ctx.Deadline(); ok {
-			d = min(d, start.Add(deadline.Sub(start)/2).Sub(now))
-		}
-		if d <= 0 {
-			return
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
+// quietFor is how long a follow-up f waits for the next request before it starts (see burstQuiet).
+func quietFor(f followUp) time.Duration {
+	if f.hint == nil || f.hint.pushed() > burstTags {
+		return burstQuiet
 	}
+	return buildQuiet
 }
 
 // lists tells whether a scan with hint lists every tag of a repository of about count tags:
@@ -394,7 +369,9 @@ func mergeHints(waiting bool, a, b *Hint) *Hint {
 	return &Hint{Tags: tags, More: more}
 }
 
-func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *Hint, p *pending, rec *Recording) (out ScanOutcome, err error) {
+// scan runs one scan of req, the request of the running job of key in s.scans().
+func (s *Scanner) scan(ctx context.Context, req scanRequest, key string) (out ScanOutcome, err error) {
+	namespace, name, read, hint, rec := req.namespace, req.name, req.read, req.hint, req.rec
 	now := clock(s.Now)
 	start := now()
 	var repo *v1.ImageRepository
@@ -405,10 +382,10 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	defer func() {
 		took := now().Sub(start)
 		if repo != nil {
-			metrics.RecordReconcile(metrics.KindImageRepository, namespace, name, repo.Spec.Suspend,
-				!repo.DeletionTimestamp.IsZero(), took)
+			metrics.RecordReconcile(metrics.Reconcile{Kind: metrics.KindImageRepository, Namespace: namespace,
+				Name: name, Suspended: repo.Spec.Suspend, Deleting: !repo.DeletionTimestamp.IsZero(), Took: took})
 		}
-		err = s.logScan(ctx, namespace, name, took, hint, out, err)
+		err = s.logScan(ctx, req, took, out, err)
 	}()
 
 	repo, out, err = s.readRepository(ctx, namespace, name, read, rec)
@@ -417,11 +394,11 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	}
 	markStep(ctx, "read")
 	if rec == nil {
-		s.haveObject(p)
-	} else if done, ok := rec.whenRecorded(func() { s.haveObject(p) }); done && ok {
+		s.haveObject(key)
+	} else if done, ok := rec.whenRecorded(func() { s.haveObject(key) }); done && ok {
 		// The object whose request this scan marks handled is the one its patch returns: the
-		// scan has it once the patch has returned (pending.joinable).
-		s.haveObject(p)
+		// scan has it once the patch has returned (followUp.joinable).
+		s.haveObject(key)
 	}
 	if !repo.DeletionTimestamp.IsZero() {
 		return s.finalize(ctx, repo)
@@ -429,7 +406,6 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 	if repo.Spec.Suspend {
 		return ScanOutcome{Skipped: SkippedSuspended}, s.status().acknowledge(ctx, repo)
 	}
-	token := repo.Annotations[v1.ReconcileRequestAnnotation]
 	// settle waits, for a scan that runs beside its request's patch, until the patch returned,
 	// and moves the status write onto the object it returned; false means no status is to be
 	// written (Scanner.recorded).
@@ -437,19 +413,19 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		if rec == nil {
 			return true, nil
 		}
-		recorded, err := s.recorded(ctx, repo, hint, p, rec)
+		recorded, err := s.recorded(ctx, repo, hint, rec)
 		rec = nil
 		if recorded == nil {
 			return false, err
 		}
-		repo, token = recorded, recorded.Annotations[v1.ReconcileRequestAnnotation]
+		repo = recorded
 		return true, nil
 	}
 	failed := func(reason string, stalled bool, cause error) (ScanOutcome, error) {
 		if ok, err := settle(); !ok {
 			return ScanOutcome{Failure: reason, Stalled: stalled}, err
 		}
-		return s.fail(ctx, repo, token, reason, stalled, cause)
+		return s.fail(ctx, repo, reason, stalled, cause)
 	}
 
 	id, err := RepositoryIdentity(repo)
@@ -487,12 +463,13 @@ func (s *Scanner) scan(ctx context.Context, namespace, name string, read *v1.Ima
 		return out, err
 	}
 	markStep(ctx, "recorded")
-	return out, s.record(ctx, repo, token, id.Image, res, out)
+	return out, s.record(ctx, repo, id.Image, res, out)
 }
 
-// logScan logs the scan of namespace/name: what it found, how long it and its steps took, or
-// its error, which it returns redacted for the callers that log it and answer with it.
-func (s *Scanner) logScan(ctx context.Context, namespace, name string, took time.Duration, hint *Hint, out ScanOutcome, err error) error {
+// logScan logs the scan of req: what it found, how long it and its steps took, or its error,
+// which it returns redacted for the callers that log it and answer with it.
+func (s *Scanner) logScan(ctx context.Context, req scanRequest, took time.Duration, out ScanOutcome, err error) error {
+	namespace, name, hint := req.namespace, req.name, req.hint
 	attrs := []any{"namespace", namespace, "name", name, "duration", took}
 	if out.Skipped != "" {
 		attrs = append(attrs, "skipped", out.Skipped)
@@ -581,7 +558,7 @@ func (s *Scanner) readRepository(ctx context.Context, namespace, name string, re
 // object as the patch returned it, which the status is written against, or nil when the status
 // must not be written: the patch failed (the error), or the object is no longer the one scanned
 // (recreated, or its spec edited), in which case a follow-up scan is collected.
-func (s *Scanner) recorded(ctx context.Context, scanned *v1.ImageRepository, hint *Hint, p *pending, rec *Recording) (*v1.ImageRepository, error) {
+func (s *Scanner) recorded(ctx context.Context, scanned *v1.ImageRepository, hint *Hint, rec *Recording) (*v1.ImageRepository, error) {
 	got, err := rec.wait(ctx)
 	if err != nil {
 		// The tags are stored and announced; the request, if recorded after all, is scanned
@@ -589,9 +566,7 @@ func (s *Scanner) recorded(ctx context.Context, scanned *v1.ImageRepository, hin
 		return nil, fmt.Errorf("recording the scan request of ImageRepository %s/%s: %w", scanned.Namespace, scanned.Name, err)
 	}
 	if got.UID != scanned.UID || got.Generation != scanned.Generation {
-		s.mu.Lock()
-		s.collect(ctx, p, hint)
-		s.mu.Unlock()
+		s.scans().Request(StoreKey(scanned.Namespace, scanned.Name), followUp{hint: hint, trace: ctx})
 		return nil, nil
 	}
 	return got, nil
@@ -800,10 +775,11 @@ func (res stored) delta(id store.Identity) *events.TagsDelta {
 	return d
 }
 
-// record writes the status of a scan of repo that stored res: the scan result, the request
-// handled, and Ready=True. The tags are stored and announced: the status records them even when
+// record writes the status of a scan of repo that stored res: the scan result, the reconcile
+// request repo carries as handled, and Ready=True. The tags are stored and announced: the status records them even when
 // the caller has given up since, as the evaluator's and a failure's writes do.
-func (s *Scanner) record(ctx context.Context, repo *v1.ImageRepository, token, canonical string, res stored, out ScanOutcome) error {
+func (s *Scanner) record(ctx context.Context, repo *v1.ImageRepository, canonical string, res stored, out ScanOutcome) error {
+	token, _ := kube.ReconcileRequest(repo.Annotations)
 	entry := res.entry
 	message := scanMessage(len(entry.Tags), res.invalid)
 	wctx, cancel := writeContext(ctx)
@@ -951,8 +927,8 @@ func listed(ctx context.Context, sc *registry.Scan, res registry.Result, pushed 
 
 // fail records a failed scan in the status, keeping the stored tags and the previous
 // lastScanResult (statusWriter.fail).
-func (s *Scanner) fail(ctx context.Context, repo *v1.ImageRepository, token, reason string, stalled bool, cause error) (ScanOutcome, error) {
-	_, err := s.status().fail(ctx, repo, token, reason, stalled, failureMessage(cause))
+func (s *Scanner) fail(ctx context.Context, repo *v1.ImageRepository, reason string, stalled bool, cause error) (ScanOutcome, error) {
+	_, err := s.status().fail(ctx, repo, reason, stalled, failureMessage(cause))
 	return ScanOutcome{Failure: reason, Stalled: stalled}, err
 }
 

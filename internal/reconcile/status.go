@@ -88,14 +88,16 @@ var errSpecChanged = errors.New("the spec changed since it was read; the outcome
 
 // fail records a failure of obj in its status, keeping what else the status holds (the stored
 // tags' scan result, latestRef), and in a Warning event: Ready=False with reason, and
-// Stalled=True when only a spec change can cure it. token, when not empty, is the reconcile
-// request handled. The failure is the object's; the error returned is about recording it.
+// Stalled=True when only a spec change can cure it. The reconcile request that obj carries, if
+// any, is recorded as handled. The failure is the object's; the error returned is about
+// recording it.
 //
 // A caller that gave up (a shutdown, a cancelled request) records nothing: what failed is the
 // reconcile, not the object, and the request is handled again. A deadline is recorded, since a
 // registry that answers too late is the object's failure; the write itself outlives it briefly.
-func (w statusWriter[T]) fail(ctx context.Context, obj T, token, reason string, stalled bool, message string) (T, error) {
+func (w statusWriter[T]) fail(ctx context.Context, obj T, reason string, stalled bool, message string) (T, error) {
 	kind := kindOf(obj)
+	token, _ := kube.ReconcileRequest(obj.GetAnnotations())
 	if errors.Is(context.Cause(ctx), context.Canceled) {
 		return obj, fmt.Errorf("reconcile of %s %s/%s cut short (%s): %w", kind, obj.GetNamespace(), obj.GetName(), message, context.Cause(ctx))
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/policy"
 	"github.com/imagereflector/reflector/internal/registry"
-	"github.com/imagereflector/reflector/internal/store"
 )
 
 // UnverifiedTTL is how long a verdict that a digest carries no valid signature is remembered:
@@ -147,12 +146,21 @@ type skippedTag struct{ tag, reason string }
 // skipped (describeSkipped).
 const skippedNote = "skipped newer tags whose signature does not verify: "
 
-// skippedUnverified tells whether the Ready condition of conds is True and names tags that the
-// evaluation skipped because their signatures did not verify: they may be signed later, so the
-// policy is evaluated again (PolicyDue's DueUnverified, and unchanged never holds).
+// skippedUnverified tells whether the Ready condition of conds is True and the evaluation that
+// made it so skipped tags because their signatures did not verify (TagsEvaluated's reason
+// SkippedUnverified, written with Ready): they may be signed later, so the policy is evaluated
+// again (PolicyDue's DueUnverified, and unchanged never holds).
 func skippedUnverified(conds []metav1.Condition) bool {
-	ready := apimeta.FindStatusCondition(conds, v1.ReadyCondition)
-	return ready != nil && ready.Status == metav1.ConditionTrue && strings.Contains(ready.Message, skippedNote)
+	ev := apimeta.FindStatusCondition(conds, v1.TagsEvaluatedCondition)
+	return apimeta.IsStatusConditionTrue(conds, v1.ReadyCondition) && ev != nil && ev.Reason == v1.SkippedUnverifiedReason
+}
+
+// skippedNoteOf is the note of a Ready message that names the tags in skipped, if any.
+func skippedNoteOf(skipped []skippedTag) string {
+	if len(skipped) == 0 {
+		return ""
+	}
+	return skippedNote + describeSkipped(skipped)
 }
 
 func describeSkipped(skipped []skippedTag) string {
@@ -199,13 +207,15 @@ func (e *Evaluator) verifierOf(ctx context.Context, pol *v1.ImagePolicy) (ImageV
 }
 
 // selectVerified returns the best of the stored tags whose digest carries a valid signature
-// under iv, checking at most MaxVerifiedCandidates, best first, and the better candidates it
-// skipped. When none verifies, tag is empty. err is the registry's (or the selection's, which
-// wraps policy.ErrNoCandidates or is a numerical parse failure). d, when set, is the verified
-// delta that produced entry: its added tags come with their digests, and the others' digests
-// are those of the revision it started from, so that a push costs only the pushed tag's check.
-func (e *Evaluator) selectVerified(ctx context.Context, pol *v1.ImagePolicy, repo *v1.ImageRepository, key string,
-	entry store.Entry, d *delta, sel *policy.Selector, iv ImageVerifier) (tag, digest string, skipped []skippedTag, checked int, err error) {
+// under the verifier of ev, checking at most MaxVerifiedCandidates, best first, and the better
+// candidates it skipped. When none verifies, tag is empty. err is the registry's (or the
+// selection's, which wraps policy.ErrNoCandidates or is a numerical parse failure). The stored
+// list's delta, when set, is the verified delta that produced it: its added tags come with their
+// digests, and the others' digests are those of the revision it started from, so that a push
+// costs only the pushed tag's check.
+func (e *Evaluator) selectVerified(ctx context.Context, ev evaluation, stored storedTags) (tag, digest string, skipped []skippedTag, checked int, err error) {
+	pol, repo, sel := ev.pol, ev.repo, ev.sel
+	key, entry, d := stored.key, stored.entry, stored.d
 	cands, err := sel.Ranked(entry.Tags, MaxVerifiedCandidates)
 	if err != nil {
 		return "", "", nil, 0, err
@@ -239,7 +249,7 @@ func (e *Evaluator) selectVerified(ctx context.Context, pol *v1.ImagePolicy, rep
 			}
 			e.memo.putDigest(tk, digest)
 		}
-		v, err := e.verdictOn(ctx, iv, sc, repo, tag, digest, referrers[strings.TrimPrefix(digest, "sha256:")])
+		v, err := sc.verdictOn(ctx, ev.iv, tag, digest, referrers[strings.TrimPrefix(digest, "sha256:")])
 		if err != nil {
 			return "", "", skipped, checked, err
 		}
@@ -273,10 +283,11 @@ func (l *lazyScan) close() {
 	}
 }
 
-// verdictOn returns iv's verdict on digest, the manifest of repo's tag, from memory or else from
-// the registry; referrers are the referrer tags of digest in the tag list it was found in. err
-// means the registry could not be read, and there is no verdict.
-func (e *Evaluator) verdictOn(ctx context.Context, iv ImageVerifier, sc *lazyScan, repo *v1.ImageRepository, tag, digest, referrers string) (verdict, error) {
+// verdictOn returns iv's verdict on digest, the manifest of the repository's tag, from memory or
+// else from the registry through l; referrers are the referrer tags of digest in the tag list it
+// was found in. err means the registry could not be read, and there is no verdict.
+func (l *lazyScan) verdictOn(ctx context.Context, iv ImageVerifier, tag, digest, referrers string) (verdict, error) {
+	e, sc, repo := l.e, l, l.repo
 	vk := memoVerdict{verifier: iv.ID(), digest: digest, referrers: referrers}
 	if v, ok := e.memo.verdict(vk, clock(e.Now)()); ok {
 		return v, nil
@@ -308,8 +319,8 @@ func (e *Evaluator) verdictOn(ctx context.Context, iv ImageVerifier, sc *lazySca
 // latest, and those before it are skipped; when none verifies, latestRef stays, with them all
 // skipped. ok is false when the store must be read instead, or when the registry could not be
 // read (the evaluation from the store then reports it).
-func (e *Evaluator) advanceVerified(ctx context.Context, pol *v1.ImagePolicy, repo *v1.ImageRepository, key string,
-	d *delta, sel *policy.Selector, iv ImageVerifier) (latest v1.ImageRef, skipped []skippedTag, ok bool) {
+func (e *Evaluator) advanceVerified(ctx context.Context, ev evaluation, key string, d *delta) (latest v1.ImageRef, skipped []skippedTag, ok bool) {
+	pol, repo, sel, iv := ev.pol, ev.repo, ev.sel, ev.iv
 	old := *pol.Status.LatestRef
 	if pol.GetDigestReflectionPolicy() == v1.ReflectAlways || skippedUnverified(pol.Status.Conditions) ||
 		!imagename.ValidTag(old.Tag) {
@@ -335,7 +346,7 @@ func (e *Evaluator) advanceVerified(ctx context.Context, pol *v1.ImagePolicy, re
 		if digest == "" {
 			return v1.ImageRef{}, nil, false
 		}
-		v, err := e.verdictOn(ctx, iv, sc, repo, tag, digest, referrers[strings.TrimPrefix(digest, "sha256:")])
+		v, err := sc.verdictOn(ctx, iv, tag, digest, referrers[strings.TrimPrefix(digest, "sha256:")])
 		if err != nil {
 			return v1.ImageRef{}, nil, false
 		}

@@ -122,7 +122,7 @@ func TestIntegrationVerifiedSelection(t *testing.T) {
 					t.Errorf("Ready message %q does not say %q", ready, want)
 				}
 			}
-			f.waitEvent(t, f.ns, "app", corev1.EventTypeWarning, v1.VerificationErrorReason, "1.2.0 (not signed)")
+			f.waitEvent(t, "app", corev1.EventTypeWarning, v1.VerificationErrorReason, "1.2.0 (not signed)")
 
 			// Evaluating the unchanged repository again costs no registry request.
 			before := reg.RequestCount()
@@ -147,7 +147,7 @@ func TestIntegrationVerifiedSelection(t *testing.T) {
 			if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "2.0.0" || !out.Changed {
 				t.Fatalf("after signing 2.0.0: %+v, want 2.0.0", out)
 			}
-			checkReady(t, f.get(t, f.ns, "app"), metav1.ConditionTrue, v1.SucceededReason, "updated from 1.1.0 to 2.0.0", false)
+			checkReady(t, f.get(t, f.ns, "app"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "updated from 1.1.0 to 2.0.0", false})
 		})
 	}
 }
@@ -162,9 +162,8 @@ func TestIntegrationVerifiedSelectionNoneVerifies(t *testing.T) {
 	f.seed(t, f.ns, "app", kept)
 
 	p := f.evaluateKeeps(t, f.ns, "app", kept)
-	checkReady(t, p, metav1.ConditionFalse, v1.VerificationErrorReason,
-		"no signature verifies for any of the 2 best tags, so latestRef is kept: 1.1.0 (signed, but no signature verifies with the trusted keys), 1.0.0 (not signed)", false)
-	f.waitEvent(t, f.ns, "app", corev1.EventTypeWarning, v1.VerificationErrorReason, "no signature verifies")
+	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.VerificationErrorReason, "no signature verifies for any of the 2 best tags, so latestRef is kept: 1.1.0 (signed, but no signature verifies with the trusted keys), 1.0.0 (not signed)", false})
+	f.waitEvent(t, "app", corev1.EventTypeWarning, v1.VerificationErrorReason, "no signature verifies")
 }
 
 // TestIntegrationVerifiedSelectionAtMostTenChecked pushes more unsigned tags than one evaluation
@@ -210,7 +209,7 @@ func TestIntegrationVerifiedSelectionBadKeys(t *testing.T) {
 		t.Fatalf("outcome %+v, want Stalled", out)
 	}
 	p := f.get(t, f.ns, "app")
-	checkReady(t, p, metav1.ConditionFalse, v1.VerificationErrorReason, `Secret `+f.ns+`/bad-keys: invalid key material: "cosign.pub": a PEM block of type "EC PRIVATE KEY", not PUBLIC KEY`, true)
+	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.VerificationErrorReason, `Secret ` + f.ns + `/bad-keys: invalid key material: "cosign.pub": a PEM block of type "EC PRIVATE KEY", not PUBLIC KEY`, true})
 	if strings.Contains(readyMessage(p), "c2VjcmV0") {
 		t.Errorf("the Ready message quotes the key material: %q", readyMessage(p))
 	}
@@ -224,7 +223,7 @@ func TestIntegrationVerifiedSelectionBadKeys(t *testing.T) {
 		Verify: &v1.OCIRepositoryVerification{Provider: "cosign", SecretRef: &v1.LocalObjectReference{Name: "absent"}}})
 	f.put(t, f.ns, "other", "1.0.0")
 	f.evaluate(t, f.ns, "other")
-	checkReady(t, f.get(t, f.ns, "other"), metav1.ConditionFalse, v1.VerificationErrorReason, "Secret "+f.ns+"/absent not found", false)
+	checkReady(t, f.get(t, f.ns, "other"), wantReady{metav1.ConditionFalse, v1.VerificationErrorReason, "Secret " + f.ns + "/absent not found", false})
 }
 
 func readyMessage(p *v1.ImagePolicy) string {
@@ -499,8 +498,8 @@ func TestIntegrationVerifiedSelectionKeyless(t *testing.T) {
 	sigstore := testenv.NewSigstore(t)
 	f.secret(t, "sigstore", map[string][]byte{signature.TrustedRootKey: sigstore.TrustedRootJSON(t)})
 	const issuer, subject = "https://token.actions.githubusercontent.com", "https://github.com/org/app/.github/workflows/release.yaml@refs/tags/v1"
-	f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.0.0"), sigstore, subject, issuer)
-	f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.1.0"), sigstore, "https://github.com/fork/app/.github/workflows/release.yaml@refs/tags/v1", issuer)
+	f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.0.0"), sigstore.Identity(subject, issuer))
+	f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.1.0"), sigstore.Identity("https://github.com/fork/app/.github/workflows/release.yaml@refs/tags/v1", issuer))
 	f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
 	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"),
 		Verify: &v1.OCIRepositoryVerification{Provider: "cosign", SecretRef: &v1.LocalObjectReference{Name: "sigstore"},
@@ -510,9 +509,9 @@ func TestIntegrationVerifiedSelectionKeyless(t *testing.T) {
 	if out.Latest == nil || out.Latest.Tag != "1.0.0" {
 		t.Fatalf("outcome %+v, want 1.0.0", out)
 	}
-	checkReady(t, f.get(t, f.ns, "app"), metav1.ConditionTrue, v1.SucceededReason,
+	checkReady(t, f.get(t, f.ns, "app"), wantReady{metav1.ConditionTrue, v1.SucceededReason,
 		// The subject's "@" reads as a URL's userinfo, which every condition message masks.
-		"1.1.0 (signed by https://xxxxx@refs/tags/v1 (issuer "+issuer+") that matchOIDCIdentity does not match)", false)
+		"1.1.0 (signed by https://xxxxx@refs/tags/v1 (issuer " + issuer + ") that matchOIDCIdentity does not match)", false})
 }
 
 // TestIntegrationVerifiedSelectionNotation selects by Notation signatures under the trust
@@ -542,7 +541,7 @@ func TestIntegrationVerifiedSelectionNotation(t *testing.T) {
 				t.Fatalf("outcome %+v, want 1.0.0", out)
 			}
 			p := f.get(t, f.ns, "app")
-			checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.0.0; skipped newer tags", false)
+			checkReady(t, p, wantReady{metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.0.0; skipped newer tags", false})
 			for _, want := range []string{"1.3.0 (not signed)", "1.2.0 (the Notation signature is over another digest",
 				"1.1.0 (signed, but not by a certificate the trust policy trusts"} {
 				if !strings.Contains(readyMessage(p), want) {
@@ -592,7 +591,7 @@ func TestIntegrationVerifiedSelectionNotationBadSecret(t *testing.T) {
 				t.Fatalf("outcome %+v, want Stalled", out)
 			}
 			p := f.get(t, f.ns, tt.name)
-			checkReady(t, p, metav1.ConditionFalse, v1.VerificationErrorReason, "Secret "+f.ns+"/"+tt.name+": invalid key material: "+tt.want, true)
+			checkReady(t, p, wantReady{metav1.ConditionFalse, v1.VerificationErrorReason, "Secret " + f.ns + "/" + tt.name + ": invalid key material: " + tt.want, true})
 			if strings.Contains(readyMessage(p), planted[:12]) || strings.Contains(readyMessage(p), "BEGIN") {
 				t.Errorf("the Ready message quotes the Secret: %q", readyMessage(p))
 			}
@@ -635,8 +634,8 @@ func TestIntegrationVerifiedSelectionPublicGood(t *testing.T) {
 
 	t.Run("verified", func(t *testing.T) {
 		f := fixture(t)
-		f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.0.0"), sigstore, subject, issuer)
-		f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.1.0"), sigstore, "https://github.com/fork/app/.github/workflows/release.yaml@refs/tags/v1", issuer)
+		f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.0.0"), sigstore.Identity(subject, issuer))
+		f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.1.0"), sigstore.Identity("https://github.com/fork/app/.github/workflows/release.yaml@refs/tags/v1", issuer))
 		f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
 		f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"), Verify: verify})
 		f.put(t, f.ns, "app", "1.0.0", "1.1.0")
@@ -644,8 +643,7 @@ func TestIntegrationVerifiedSelectionPublicGood(t *testing.T) {
 		if out.Result != reconcile.PolicySucceeded || out.Latest == nil || out.Latest.Tag != "1.0.0" {
 			t.Fatalf("outcome %+v, want 1.0.0", out)
 		}
-		checkReady(t, f.get(t, f.ns, "app"), metav1.ConditionTrue, v1.SucceededReason,
-			"1.1.0 (signed by https://xxxxx@refs/tags/v1 (issuer "+issuer+") that matchOIDCIdentity does not match)", false)
+		checkReady(t, f.get(t, f.ns, "app"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "1.1.0 (signed by https://xxxxx@refs/tags/v1 (issuer " + issuer + ") that matchOIDCIdentity does not match)", false})
 	})
 
 	t.Run("TUF repository unreachable", func(t *testing.T) {
@@ -654,7 +652,7 @@ func TestIntegrationVerifiedSelectionPublicGood(t *testing.T) {
 		// A process of its own, whose disk cache is empty.
 		t.Setenv(signature.EnvTUFCache, t.TempDir())
 		f := fixture(t)
-		f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.0.0"), sigstore, subject, issuer)
+		f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.0.0"), sigstore.Identity(subject, issuer))
 		f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
 		f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"), Verify: verify})
 		f.put(t, f.ns, "app", "1.0.0")
@@ -662,8 +660,7 @@ func TestIntegrationVerifiedSelectionPublicGood(t *testing.T) {
 		f.seed(t, f.ns, "app", kept)
 		before := f.reg.RequestCount()
 		p := f.evaluateKeeps(t, f.ns, "app", kept)
-		checkReady(t, p, metav1.ConditionFalse, v1.VerificationErrorReason,
-			"the Sigstore trusted root could not be fetched from the TUF repository "+tuf.URL(), false)
+		checkReady(t, p, wantReady{metav1.ConditionFalse, v1.VerificationErrorReason, "the Sigstore trusted root could not be fetched from the TUF repository " + tuf.URL(), false})
 		if n := f.reg.RequestCount() - before; n != 0 {
 			t.Errorf("%d registry requests without a trusted root, want 0", n)
 		}
@@ -694,6 +691,11 @@ func (f *evalFixture) evaluateSkips(t *testing.T, ns, name, tag string) *v1.Imag
 		t.Fatalf("outcome %+v, want %s selected", out, tag)
 	}
 	p := f.get(t, ns, name)
-	checkReady(t, p, metav1.ConditionTrue, v1.SucceededReason, "resolved to "+tag+"; skipped newer tags", false)
+	checkReady(t, p, wantReady{metav1.ConditionTrue, v1.SucceededReason, "resolved to " + tag + "; skipped newer tags", false})
+	// The cron reconciler and the evaluator learn of the skipped tags from the reason, not from
+	// the message.
+	if c := apimeta.FindStatusCondition(p.Status.Conditions, v1.TagsEvaluatedCondition); c == nil || c.Reason != v1.SkippedUnverifiedReason {
+		t.Errorf("%s = %+v, want reason %s", v1.TagsEvaluatedCondition, c, v1.SkippedUnverifiedReason)
+	}
 	return p
 }

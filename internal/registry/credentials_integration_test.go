@@ -21,17 +21,17 @@ func TestIntegrationCredentials(t *testing.T) {
 	reg.Push(t, "app", "v1", "v2")
 	kc, ns := apiserver(t)
 
-	createSecret(t, kc, ns, "pull", corev1.SecretTypeDockerConfigJson, dockerConfig(reg.Host(), "robot", "s3cret"))
-	createSecret(t, kc, ns, "pull-as-url", corev1.SecretTypeDockerConfigJson, dockerConfig("https://"+reg.Host()+"/v1/", "robot", "s3cret"))
-	createSecret(t, kc, ns, "wrong-password", corev1.SecretTypeDockerConfigJson, dockerConfig(reg.Host(), "robot", "guess"))
-	createSecret(t, kc, ns, "other-registry", corev1.SecretTypeDockerConfigJson, dockerConfig("ghcr.io", "robot", "s3cret"))
-	createSecret(t, kc, ns, "malformed", corev1.SecretTypeOpaque, map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":`)})
+	createSecret(t, kc, ns+"/pull", corev1.SecretTypeDockerConfigJson, dockerConfig(reg.Host(), "robot", "s3cret"))
+	createSecret(t, kc, ns+"/pull-as-url", corev1.SecretTypeDockerConfigJson, dockerConfig("https://"+reg.Host()+"/v1/", "robot", "s3cret"))
+	createSecret(t, kc, ns+"/wrong-password", corev1.SecretTypeDockerConfigJson, dockerConfig(reg.Host(), "robot", "guess"))
+	createSecret(t, kc, ns+"/other-registry", corev1.SecretTypeDockerConfigJson, dockerConfig("ghcr.io", "robot", "s3cret"))
+	createSecret(t, kc, ns+"/malformed", corev1.SecretTypeOpaque, map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":`)})
 	// The syntax error sits inside the password; the message gives its offset, not the character.
-	createSecret(t, kc, ns, "broken-password", corev1.SecretTypeOpaque, map[string][]byte{
+	createSecret(t, kc, ns+"/broken-password", corev1.SecretTypeOpaque, map[string][]byte{
 		corev1.DockerConfigJsonKey: []byte(`{"auths":{"` + reg.Host() + `":{"username":"robot","password":"s3"Qret"}}}`)})
-	createSecret(t, kc, ns, "bad-auth", corev1.SecretTypeOpaque, map[string][]byte{
+	createSecret(t, kc, ns+"/bad-auth", corev1.SecretTypeOpaque, map[string][]byte{
 		corev1.DockerConfigJsonKey: []byte(`{"auths":{"` + reg.Host() + `":{"auth":"not base64!"}}}`)})
-	createSecret(t, kc, ns, "opaque", corev1.SecretTypeOpaque, map[string][]byte{"token": []byte("x")})
+	createSecret(t, kc, ns+"/opaque", corev1.SecretTypeOpaque, map[string][]byte{"token": []byte("x")})
 	createServiceAccount(t, kc, ns, "puller", "other-registry", "pull")
 	createServiceAccount(t, kc, ns, "no-match", "other-registry")
 	createServiceAccount(t, kc, ns, "dangling", "gone")

@@ -212,8 +212,8 @@ func TestIntegrationOwnCloudIdentityStaysOnTrustedTransports(t *testing.T) {
 		w.WriteHeader(http.StatusProxyAuthRequired)
 	}))
 	defer proxy.Close()
-	createSecret(t, f.kube, f.ns, "tenant-proxy", corev1.SecretTypeOpaque, map[string][]byte{"address": []byte(proxy.URL)})
-	createSecret(t, f.kube, f.ns, "tenant-ca", corev1.SecretTypeOpaque, map[string][]byte{"ca.crt": testenv.NewRegistry(t, testenv.RegistryTLS()).CAPEM()})
+	createSecret(t, f.kube, f.ns+"/tenant-proxy", corev1.SecretTypeOpaque, map[string][]byte{"address": []byte(proxy.URL)})
+	createSecret(t, f.kube, f.ns+"/tenant-ca", corev1.SecretTypeOpaque, map[string][]byte{"ca.crt": testenv.NewRegistry(t, testenv.RegistryTLS()).CAPEM()})
 
 	proxyRef := func(o *v1.ImageRepository) { o.Spec.ProxySecretRef = &v1.LocalObjectReference{Name: "tenant-proxy"} }
 	caRef := func(o *v1.ImageRepository) { o.Spec.CertSecretRef = &v1.LocalObjectReference{Name: "tenant-ca"} }
@@ -249,7 +249,7 @@ func TestIntegrationOwnCloudIdentityStaysOnTrustedTransports(t *testing.T) {
 		t.Errorf("%d requests reached the tenant's proxy", n)
 	}
 	// A client certificate alone changes no trust: it is not refused for that.
-	createSecret(t, f.kube, f.ns, "client-cert", corev1.SecretTypeOpaque, map[string][]byte{
+	createSecret(t, f.kube, f.ns+"/client-cert", corev1.SecretTypeOpaque, map[string][]byte{
 		"tls.crt": testenv.NewRegistry(t, testenv.RegistryClientCerts()).ClientCertPEM(),
 	})
 	obj := cloudRepository(f.ns, v1.AWSProvider, testenv.ECRHost, "")

@@ -16,7 +16,7 @@ func TestIntegrationHeadResolvesDigestsOnTheScansTransport(t *testing.T) {
 	first := reg.Push(t, "app", "v1", "stable")
 	second := reg.Push(t, "app", "v2")
 	kc, ns := apiserver(t)
-	createSecret(t, kc, ns, "pull", "kubernetes.io/dockerconfigjson", dockerConfig(reg.Host(), "robot", "s3cret"))
+	createSecret(t, kc, ns+"/pull", "kubernetes.io/dockerconfigjson", dockerConfig(reg.Host(), "robot", "s3cret"))
 	obj := imageRepository(ns, reg.Image("app"), func(o *v1.ImageRepository) { o.Spec.SecretRef = &v1.LocalObjectReference{Name: "pull"} })
 
 	s, err := fast().Prepare(context.Background(), kc, obj)

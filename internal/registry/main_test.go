@@ -74,9 +74,10 @@ func apiserver(t *testing.T) (*kube.Client, string) {
 	return env.Client(t), env.Namespace(t)
 }
 
-// createSecret creates a Secret in ns.
-func createSecret(t *testing.T, kc *kube.Client, ns, name string, typ corev1.SecretType, data map[string][]byte) {
+// createSecret creates the Secret key ("namespace/name") of type typ holding data.
+func createSecret(t *testing.T, kc *kube.Client, key string, typ corev1.SecretType, data map[string][]byte) {
 	t.Helper()
+	ns, name, _ := strings.Cut(key, "/")
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Type: typ, Data: data}
 	if _, err := kc.Secrets.Create(context.Background(), sec); err != nil {
 		t.Fatalf("creating secret %s/%s: %v", ns, name, err)

@@ -92,7 +92,7 @@ func (c *Client) Prepare(ctx context.Context, kc *kube.Client, obj *v1.ImageRepo
 		}
 		s.owned = base
 	}
-	auth, err := c.authenticator(ctx, kc, sec, obj, repo.RegistryStr(), chosen)
+	auth, err := c.authenticator(ctx, sec, obj, repo.RegistryStr(), chosen)
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -166,7 +166,7 @@ func (s *Scan) fail(ctx context.Context, what string, err error) error {
 // (chosen names what it chose): a proxy of its own would see the credentials, a CA of its own
 // would let anyone it trusts intercept them, plain HTTP would show them to the network. Such an
 // object is Stalled with TransportNotTrusted before any login, so no token is even fetched.
-func (c *Client) authenticator(ctx context.Context, kc *kube.Client, sec *secrets, obj *v1.ImageRepository, host string, chosen []string) (authn.Authenticator, error) {
+func (c *Client) authenticator(ctx context.Context, sec *secrets, obj *v1.ImageRepository, host string, chosen []string) (authn.Authenticator, error) {
 	provider := obj.GetProvider()
 	if provider == v1.GenericProvider || obj.Spec.SecretRef != nil {
 		return sec.authenticator(ctx, obj, host)
@@ -179,7 +179,8 @@ func (c *Client) authenticator(ctx context.Context, kc *kube.Client, sec *secret
 			"spec.provider %s logs in with reflector's own cloud identity, which is never sent through a transport the object chooses (%s): give the object spec.serviceAccountName (object-level workload identity) or a spec.secretRef, or remove %s",
 			provider, strings.Join(chosen, ", "), strings.Join(chosen, " and "))}
 	}
-	cred, err := c.cloud.Login(ctx, kc, provider, obj.Namespace, obj.Spec.ServiceAccountName, host)
+	cred, err := c.cloud.Login(ctx, sec.kube, cloudauth.Target{
+		Provider: provider, Namespace: obj.Namespace, ServiceAccount: obj.Spec.ServiceAccountName, Host: host})
 	if err != nil {
 		if ce, ok := errors.AsType[*cloudauth.Error](err); ok {
 			return nil, &Error{Reason: ce.Reason, Err: err}

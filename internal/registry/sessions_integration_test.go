@@ -18,7 +18,7 @@ func TestIntegrationScansReuseTheRepositorysSession(t *testing.T) {
 	reg := testenv.NewRegistry(t, testenv.RegistryBasicAuth("robot", "s3cret"))
 	reg.Push(t, "app", "v1")
 	kc, ns := apiserver(t)
-	createSecret(t, kc, ns, "pull", "kubernetes.io/dockerconfigjson", dockerConfig(reg.Host(), "robot", "s3cret"))
+	createSecret(t, kc, ns+"/pull", "kubernetes.io/dockerconfigjson", dockerConfig(reg.Host(), "robot", "s3cret"))
 	obj := imageRepository(ns, reg.Image("app"), func(o *v1.ImageRepository) { o.Spec.SecretRef = &v1.LocalObjectReference{Name: "pull"} })
 	// No retries: one injected fault fails one request.
 	c := fast(registry.WithRetries(0, time.Millisecond, time.Millisecond))

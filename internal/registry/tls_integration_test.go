@@ -23,16 +23,16 @@ func TestIntegrationCertificates(t *testing.T) {
 	mutual.Push(t, "app", "v1")
 	kc, ns := apiserver(t)
 
-	createSecret(t, kc, ns, "server-ca", corev1.SecretTypeOpaque, map[string][]byte{"ca.crt": server.CAPEM()})
-	createSecret(t, kc, ns, "mutual-ca-only", corev1.SecretTypeOpaque, map[string][]byte{"ca.crt": mutual.CAPEM()})
-	createSecret(t, kc, ns, "mutual-tls", corev1.SecretTypeTLS, map[string][]byte{
+	createSecret(t, kc, ns+"/server-ca", corev1.SecretTypeOpaque, map[string][]byte{"ca.crt": server.CAPEM()})
+	createSecret(t, kc, ns+"/mutual-ca-only", corev1.SecretTypeOpaque, map[string][]byte{"ca.crt": mutual.CAPEM()})
+	createSecret(t, kc, ns+"/mutual-tls", corev1.SecretTypeTLS, map[string][]byte{
 		"ca.crt": mutual.CAPEM(), "tls.crt": mutual.ClientCertPEM(), "tls.key": mutual.ClientKeyPEM()})
-	createSecret(t, kc, ns, "not-pem", corev1.SecretTypeOpaque, map[string][]byte{"ca.crt": []byte("hello")})
-	createSecret(t, kc, ns, "cert-without-key", corev1.SecretTypeOpaque, map[string][]byte{"tls.crt": mutual.ClientCertPEM()})
+	createSecret(t, kc, ns+"/not-pem", corev1.SecretTypeOpaque, map[string][]byte{"ca.crt": []byte("hello")})
+	createSecret(t, kc, ns+"/cert-without-key", corev1.SecretTypeOpaque, map[string][]byte{"tls.crt": mutual.ClientCertPEM()})
 	// One Secret as both secretRef and certSecretRef.
 	both := dockerConfig(mutual.HostAs("registry.test"), "robot", "s3cret")
 	both["ca.crt"], both["tls.crt"], both["tls.key"] = mutual.CAPEM(), mutual.ClientCertPEM(), mutual.ClientKeyPEM()
-	createSecret(t, kc, ns, "everything", corev1.SecretTypeDockerConfigJson, both)
+	createSecret(t, kc, ns+"/everything", corev1.SecretTypeDockerConfigJson, both)
 
 	certs := func(name string) func(*v1.ImageRepository) {
 		return func(o *v1.ImageRepository) { o.Spec.CertSecretRef = &v1.LocalObjectReference{Name: name} }
@@ -84,12 +84,12 @@ func TestIntegrationProxy(t *testing.T) {
 	reg.Push(t, "app", "v1")
 	proxy := testenv.NewRegistryProxy(t, "proxy-user", "proxy-pass")
 	kc, ns := apiserver(t)
-	createSecret(t, kc, ns, "ca", corev1.SecretTypeOpaque, map[string][]byte{"ca.crt": reg.CAPEM()})
-	createSecret(t, kc, ns, "proxy", corev1.SecretTypeOpaque, map[string][]byte{
+	createSecret(t, kc, ns+"/ca", corev1.SecretTypeOpaque, map[string][]byte{"ca.crt": reg.CAPEM()})
+	createSecret(t, kc, ns+"/proxy", corev1.SecretTypeOpaque, map[string][]byte{
 		"address": []byte(proxy.URL()), "username": []byte("proxy-user"), "password": []byte("proxy-pass")})
-	createSecret(t, kc, ns, "proxy-wrong", corev1.SecretTypeOpaque, map[string][]byte{
+	createSecret(t, kc, ns+"/proxy-wrong", corev1.SecretTypeOpaque, map[string][]byte{
 		"address": []byte(proxy.URL()), "username": []byte("proxy-user"), "password": []byte("guess")})
-	createSecret(t, kc, ns, "proxy-no-address", corev1.SecretTypeOpaque, map[string][]byte{"username": []byte("proxy-user")})
+	createSecret(t, kc, ns+"/proxy-no-address", corev1.SecretTypeOpaque, map[string][]byte{"username": []byte("proxy-user")})
 	through := func(name string) func(*v1.ImageRepository) {
 		return func(o *v1.ImageRepository) {
 			o.Spec.CertSecretRef = &v1.LocalObjectReference{Name: "ca"}
@@ -121,7 +121,7 @@ func TestIntegrationProxy(t *testing.T) {
 	wantError(t, err, v1.AuthenticationFailedReason, "spec.proxySecretRef: secret "+ns+"/proxy-no-address has no address")
 
 	// An address that is refused must not carry its credentials into the message.
-	createSecret(t, kc, ns, "proxy-socks", corev1.SecretTypeOpaque, map[string][]byte{
+	createSecret(t, kc, ns+"/proxy-socks", corev1.SecretTypeOpaque, map[string][]byte{
 		"address": []byte("socks5://user:planted-socks-password@127.0.0.1:1080")})
 	_, err = scan(t, fast(), kc, imageRepository(ns, reg.Image("app"), through("proxy-socks")))
 	wantError(t, err, v1.AuthenticationFailedReason, `address "socks5://xxxxx@127.0.0.1:1080" is not an http:// or https:// URL`)

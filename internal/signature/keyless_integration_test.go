@@ -38,28 +38,28 @@ func TestIntegrationVerifyKeyless(t *testing.T) {
 		reason string
 	}{
 		{"the CI identity", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignKeyless(t, "app", d, sigstore, ciSubject, ciIssuer)
+			r.SignKeyless(t, "app", d, sigstore.Identity(ciSubject, ciIssuer))
 		}, true, ""},
 		{"another matched identity", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignKeyless(t, "app", d, sigstore, "ops@example.com", "https://accounts.example.com")
+			r.SignKeyless(t, "app", d, sigstore.Identity("ops@example.com", "https://accounts.example.com"))
 		}, true, ""},
 		{"another repository's workflow", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignKeyless(t, "app", d, sigstore, "https://github.com/evil/app/.github/workflows/x.yaml@refs/heads/main", ciIssuer)
+			r.SignKeyless(t, "app", d, sigstore.Identity("https://github.com/evil/app/.github/workflows/x.yaml@refs/heads/main", ciIssuer))
 		}, false, "signed by https://github.com/evil/app/.github/workflows/x.yaml@refs/heads/main (issuer " + ciIssuer + ") that matchOIDCIdentity does not match"},
 		{"the right subject from another issuer", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignKeyless(t, "app", d, sigstore, ciSubject, "https://issuer.example.org")
+			r.SignKeyless(t, "app", d, sigstore.Identity(ciSubject, "https://issuer.example.org"))
 		}, false, "that matchOIDCIdentity does not match"},
 		{"another Sigstore", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignKeyless(t, "app", d, otherSigstore, ciSubject, ciIssuer)
+			r.SignKeyless(t, "app", d, otherSigstore.Identity(ciSubject, ciIssuer))
 		}, false, "no signature bundle verifies under the trusted root"},
 		{"an expired certificate", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignKeyless(t, "app", d, sigstore, ciSubject, ciIssuer, testenv.SignExpired())
+			r.SignKeyless(t, "app", d, sigstore.Identity(ciSubject, ciIssuer), testenv.SignExpired())
 		}, false, "no signature bundle verifies under the trusted root"},
 		{"over another digest", func(t *testing.T, r *testenv.Registry, d, o string) {
-			r.SignKeyless(t, "app", d, sigstore, ciSubject, ciIssuer, testenv.SignOver(o))
+			r.SignKeyless(t, "app", d, sigstore.Identity(ciSubject, ciIssuer), testenv.SignOver(o))
 		}, false, "the signature bundle is over another digest"},
 		{"a keyless attestation", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignKeyless(t, "app", d, sigstore, ciSubject, ciIssuer, testenv.SignPredicate("https://slsa.dev/provenance/v1"))
+			r.SignKeyless(t, "app", d, sigstore.Identity(ciSubject, ciIssuer), testenv.SignPredicate("https://slsa.dev/provenance/v1"))
 		}, false, "not an image signature"},
 	}
 	for _, tt := range tests {

@@ -67,9 +67,9 @@ func notationCases(trusted, other *testenv.NotationCA) []notationCase {
 	}
 }
 
-// checkNotation verifies digest of image and its case's verdict; the other image's signatures,
-// if any were made, vouch for nothing.
-func checkNotation(t *testing.T, tt notationCase, trusted *testenv.NotationCA, image, digest, otherDigest string) {
+// check verifies digest of image and the case's verdict; the other image's signatures, if any
+// were made, vouch for nothing.
+func (tt notationCase) check(t *testing.T, trusted *testenv.NotationCA, image, digest, otherDigest string) {
 	t.Helper()
 	repo, err := name.NewRepository(image, name.Insecure)
 	if err != nil {
@@ -115,7 +115,7 @@ func TestIntegrationVerifyNotation(t *testing.T) {
 					tt.sign(t, func(t *testing.T, d string, ca *testenv.NotationCA, opts ...testenv.SignOption) {
 						reg.SignNotation(t, "app", d, ca, opts...)
 					}, digest, otherDigest)
-					checkNotation(t, tt, trusted, reg.Image("app"), digest, otherDigest)
+					tt.check(t, trusted, reg.Image("app"), digest, otherDigest)
 				})
 			}
 		})
@@ -134,7 +134,7 @@ func TestIntegrationVerifyNotationDockerRegistry(t *testing.T) {
 			tt.sign(t, func(t *testing.T, d string, ca *testenv.NotationCA, opts ...testenv.SignOption) {
 				testenv.SignNotation(t, image, d, ca, opts...)
 			}, digest, otherDigest)
-			checkNotation(t, tt, trusted, image, digest, otherDigest)
+			tt.check(t, trusted, image, digest, otherDigest)
 		})
 	}
 }

@@ -73,11 +73,11 @@ func TestIntegrationVerifyPublicGood(t *testing.T) {
 	tr := tufFromEnv(t, repo, cache)
 	reg := testenv.NewRegistry(t)
 	good := reg.Push(t, "app", "1.0.0")
-	reg.SignKeyless(t, "app", good, sigstore, ciSubject, ciIssuer)
+	reg.SignKeyless(t, "app", good, sigstore.Identity(ciSubject, ciIssuer))
 	fork := reg.Push(t, "app", "1.1.0")
-	reg.SignKeyless(t, "app", fork, sigstore, "https://github.com/fork/app/.github/workflows/release.yaml@refs/heads/main", ciIssuer)
+	reg.SignKeyless(t, "app", fork, sigstore.Identity("https://github.com/fork/app/.github/workflows/release.yaml@refs/heads/main", ciIssuer))
 	other := reg.Push(t, "app", "1.2.0")
-	reg.SignKeyless(t, "app", other, testenv.NewSigstore(t), ciSubject, ciIssuer)
+	reg.SignKeyless(t, "app", other, testenv.NewSigstore(t).Identity(ciSubject, ciIssuer))
 	repoRef, _ := name.NewRepository(reg.Image("app"), name.Insecure)
 
 	if n := len(repo.Requests()); n != 0 {
@@ -158,7 +158,7 @@ func TestIntegrationVerifyPublicGoodRequiresSCT(t *testing.T) {
 	repo := testenv.NewTUFRepository(t, map[string][]byte{"trusted_root.json": sigstore.TrustedRootJSON(t)})
 	reg := testenv.NewRegistry(t)
 	d := reg.Push(t, "app", "1.0.0")
-	reg.SignKeyless(t, "app", d, sigstore, ciSubject, ciIssuer)
+	reg.SignKeyless(t, "app", d, sigstore.Identity(ciSubject, ciIssuer))
 	v, err := signature.New(publicGoodSpec(ciIdentity), nil, signature.WithTUFRoot(tufFromEnv(t, repo, t.TempDir())))
 	if err != nil {
 		t.Fatal(err)
@@ -219,8 +219,8 @@ func TestIntegrationVerifyPublicGoodRotation(t *testing.T) {
 	// The new root verifies what the new deployment signs, not what the old one did.
 	reg := testenv.NewRegistry(t)
 	byNew, byOld := reg.Push(t, "app", "2.0.0"), reg.Push(t, "app", "1.0.0")
-	reg.SignKeyless(t, "app", byNew, next, ciSubject, ciIssuer)
-	reg.SignKeyless(t, "app", byOld, sigstore, ciSubject, ciIssuer)
+	reg.SignKeyless(t, "app", byNew, next.Identity(ciSubject, ciIssuer))
+	reg.SignKeyless(t, "app", byOld, sigstore.Identity(ciSubject, ciIssuer))
 	repoRef, _ := name.NewRepository(reg.Image("app"), name.Insecure)
 	if ok, reason, err := rotated.Verify(context.Background(), repoRef, byNew); !ok || err != nil {
 		t.Errorf("Verify(signed under the new root) = %v, %q, %v", ok, reason, err)

@@ -127,7 +127,7 @@ func newPushBench(b *testing.B, tags int, limit string) *pushBench {
 	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(directManifests, pb.directImage))); err != nil {
 		b.Fatal(err)
 	}
-	hook(b, s, pb.directImage, "bench/direct", "1.0.0", "warmup")
+	hook(b, s, pb.directImage, "1.0.0", "warmup")
 	waitForPolicy(b, s, "direct", "1.0.0")
 	// A repository's status may be written after its policies': the scan announces its tags first.
 	for _, name := range []string{"app", "direct"} {
@@ -282,7 +282,7 @@ func (pb *pushBench) run(b *testing.B) {
 
 		pb.direct.Push(b, "bench/direct", tag)
 		start = time.Now()
-		id := hook(b, s, pb.directImage, "bench/direct", tag, fmt.Sprintf("bench-%d", pb.pushed))
+		id := hook(b, s, pb.directImage, tag, fmt.Sprintf("bench-%d", pb.pushed))
 		answered := time.Since(start)
 		took = seen("direct", tag, start)
 		viaWebhook = append(viaWebhook, took)
@@ -552,11 +552,12 @@ func readLog(tb testing.TB, path string, each func(map[string]any)) {
 	}
 }
 
-// hook sends the scan function a distribution notification of a push of repo:tag in image's
-// registry, authenticated with the stack's token, and returns the trace id of its answer.
-func hook(b *testing.B, s *stack.Stack, image, repo, tag, id string) string {
+// hook sends the scan function a distribution notification of a push of image:tag (image is
+// host/repository), authenticated with the stack's token, and returns the trace id of its
+// answer.
+func hook(b *testing.B, s *stack.Stack, image, tag, id string) string {
 	b.Helper()
-	host := strings.SplitN(image, "/", 2)[0]
+	host, repo, _ := strings.Cut(image, "/")
 	body := fmt.Sprintf(`{"events":[{"id":%q,"action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","repository":%q,"tag":%q},"request":{"host":%q}}]}`,
 		id, repo, tag, host)
 	req, _ := http.NewRequest(http.MethodPost, s.ScanURL+"/hook/distribution/default", bytes.NewBufferString(body))

@@ -63,7 +63,7 @@ func BenchmarkBurstRSS(b *testing.B) {
 		if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(burstManifests, reg.Image(repo(r)), r))); err != nil {
 			b.Fatal(err)
 		}
-		hook(b, s, reg.Image(repo(r)), repo(r), "1.0.0", fmt.Sprintf("burst-warmup-%d", r))
+		hook(b, s, reg.Image(repo(r)), "1.0.0", fmt.Sprintf("burst-warmup-%d", r))
 	}
 	for r := range repos {
 		waitForPolicy(b, s, fmt.Sprintf("burst-%d", r), "1.0.0")

@@ -57,12 +57,12 @@ func BenchmarkColdStart(b *testing.B) {
 	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(coldManifests, image))); err != nil {
 		b.Fatal(err)
 	}
-	hook(b, s, image, "cold/app", "1.0.0", "cold-warmup")
+	hook(b, s, image, "1.0.0", "cold-warmup")
 	waitForPolicy(b, s, "cold", "1.0.0")
 	logs := filepath.Join(b.TempDir(), "coldstart.log")
 
 	b.Run("scan", func(b *testing.B) {
-		coldStarts(b, s, stack.Scan, s.ScanURL, logs, func(url string, i int) error {
+		coldStarts(b, s, stack.Scan, logs, func(url string, i int) error {
 			body := fmt.Sprintf(`{"events":[{"id":"cold-%d","action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","repository":"cold/app","tag":"1.0.0"},"request":{"host":%q}}]}`,
 				i, reg.Host())
 			req, err := http.NewRequest(http.MethodPost, url+"/hook/distribution/default", bytes.NewBufferString(body))
@@ -85,7 +85,7 @@ func BenchmarkColdStart(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Run("policy", func(b *testing.B) {
-		coldStarts(b, s, stack.Policy, s.PolicyURL, logs, func(url string, _ int) error {
+		coldStarts(b, s, stack.Policy, logs, func(url string, _ int) error {
 			sender, err := events.NewSender(url, events.SourceScan, freshClient(), events.WithTokenFile(tokenFile))
 			if err != nil {
 				return err
@@ -96,10 +96,11 @@ func BenchmarkColdStart(b *testing.B) {
 	})
 }
 
-// coldStarts runs b.N cold starts of component c, which serves url, in place of the stack's
-// process, calling first with url once it answers /healthz. The stack's process is started again
-// at the end.
-func coldStarts(b *testing.B, s *stack.Stack, c, url, logPath string, first func(url string, i int) error) {
+// coldStarts runs b.N cold starts of component c (stack.Scan or stack.Policy) in place of the
+// stack's process, calling first with the URL it serves once it answers /healthz. The stack's
+// process is started again at the end.
+func coldStarts(b *testing.B, s *stack.Stack, c, logPath string, first func(url string, i int) error) {
+	url := map[string]string{stack.Scan: s.ScanURL, stack.Policy: s.PolicyURL}[c]
 	if err := s.Kill(c, syscall.SIGTERM); err != nil {
 		b.Fatal(err)
 	}

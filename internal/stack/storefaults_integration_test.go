@@ -97,9 +97,13 @@ func latestGuard(t *testing.T, s *stack.Stack, policy string, allowed ...string)
 	return func() { close(done); wg.Wait() }
 }
 
-// waitReady waits for Ready of an object to have status and reason, and returns its message.
-func waitReady(t *testing.T, s *stack.Stack, kind, name, status, reason string) string {
+// objectRef names an ImageRepository or ImagePolicy of namespace default.
+type objectRef struct{ kind, name string }
+
+// waitReady waits for Ready of obj to have status and reason, and returns its message.
+func waitReady(t *testing.T, s *stack.Stack, obj objectRef, status, reason string) string {
 	t.Helper()
+	kind, name := obj.kind, obj.name
 	var msg string
 	testenv.Eventually(t, 90*time.Second, func() error {
 		ctx := context.Background()
@@ -186,7 +190,7 @@ func TestDamagedStoreHealsIntegration(t *testing.T) {
 		if _, err := s.Kube.Policies.RequestReconcile(ctx, "default", "stable", time.Now().Format(time.RFC3339Nano)); err != nil {
 			t.Fatal(err)
 		}
-		msg := waitReady(t, s, v1.ImagePolicyKind, "stable", "False", v1.TagStoreDamagedReason)
+		msg := waitReady(t, s, objectRef{v1.ImagePolicyKind, "stable"}, "False", v1.TagStoreDamagedReason)
 		if !strings.Contains(msg, "tag store is unreadable") {
 			t.Errorf("%s: policy message %q does not say the store is unreadable", d.name, msg)
 		}
@@ -199,9 +203,9 @@ func TestDamagedStoreHealsIntegration(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		waitReady(t, s, v1.ImagePolicyKind, "stable", "True", v1.SucceededReason)
+		waitReady(t, s, objectRef{v1.ImagePolicyKind, "stable"}, "True", v1.SucceededReason)
 		t.Logf("%s: policy Ready again %s after the writers were started", d.name, time.Since(back).Round(10*time.Millisecond))
-		waitReady(t, s, v1.ImageRepositoryKind, "app", "True", v1.SucceededReason)
+		waitReady(t, s, objectRef{v1.ImageRepositoryKind, "app"}, "True", v1.SucceededReason)
 		if after, err := os.ReadFile(reason); err != nil || string(after) == string(before) {
 			t.Errorf("%s: the aside copy's REASON is %q (%v), before the writers came %q; want a new one", d.name, after, err, before)
 		}
@@ -308,7 +312,7 @@ func TestFullStoreIntegration(t *testing.T) {
 	if _, err := stack.Push(image + ":1.1.0"); err != nil {
 		t.Fatal(err)
 	}
-	msg := waitReady(t, s, v1.ImageRepositoryKind, "app", "False", v1.TagStoreFullReason)
+	msg := waitReady(t, s, objectRef{v1.ImageRepositoryKind, "app"}, "False", v1.TagStoreFullReason)
 	if !strings.Contains(msg, "tag store is full") {
 		t.Errorf("repository message %q does not say the store is full", msg)
 	}
@@ -344,7 +348,7 @@ func TestFullStoreIntegration(t *testing.T) {
 	room := time.Now()
 	waitLatest(t, s, "stable", "1.1.0")
 	t.Logf("latestRef 1.1.0 %s after room returned", time.Since(room).Round(10*time.Millisecond))
-	waitReady(t, s, v1.ImageRepositoryKind, "app", "True", v1.SucceededReason)
+	waitReady(t, s, objectRef{v1.ImageRepositoryKind, "app"}, "True", v1.SucceededReason)
 
 	close(probeDone)
 	probes.Wait()
@@ -418,7 +422,7 @@ func TestDamagedEntryHealsIntegration(t *testing.T) {
 	if _, err := s.Kube.Policies.RequestReconcile(ctx, "default", "hostile-alphabetical", time.Now().Format(time.RFC3339Nano)); err != nil {
 		t.Fatal(err)
 	}
-	msg := waitReady(t, s, v1.ImagePolicyKind, "hostile-alphabetical", "False", v1.TagStoreDamagedReason)
+	msg := waitReady(t, s, objectRef{v1.ImagePolicyKind, "hostile-alphabetical"}, "False", v1.TagStoreDamagedReason)
 	if !strings.Contains(msg, "tag store is unreadable") {
 		t.Errorf("policy message %q does not say the store is unreadable", msg)
 	}
@@ -428,9 +432,9 @@ func TestDamagedEntryHealsIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitReady(t, s, v1.ImagePolicyKind, "hostile-alphabetical", "True", v1.SucceededReason)
+	waitReady(t, s, objectRef{v1.ImagePolicyKind, "hostile-alphabetical"}, "True", v1.SucceededReason)
 	t.Logf("policy Ready again %s after the writers were started", time.Since(back).Round(10*time.Millisecond))
-	waitReady(t, s, v1.ImageRepositoryKind, "hostile", "True", v1.SucceededReason)
+	waitReady(t, s, objectRef{v1.ImageRepositoryKind, "hostile"}, "True", v1.SucceededReason)
 	if _, err := os.Stat(filepath.Join(s.StoreDir(), "reflector.damaged")); err == nil {
 		t.Error("a damaged entry set the store aside")
 	}

@@ -103,7 +103,7 @@ func (s *Store) addDelta(txn *badger.Txn, key string, m meta, added, merged []st
 	next.Revision = chainValue(m.Revision, value)
 	if m.compactionOverdue() {
 		v, hash := encodeTags(merged)
-		return s.writeBase(txn, key, next, v, hash, true)
+		return s.writeBase(txn, key, next, encodedList{v, hash}, true)
 	}
 	next.Base, next.BaseHash = m.base(), m.baseHash()
 	next.Deltas++
@@ -119,11 +119,18 @@ func (s *Store) addDelta(txn *badger.Txn, key string, m meta, added, merged []st
 	return next, n, txn.Set(metaKey(key), mv)
 }
 
-// writeBase writes value, a list as encodeTags encodes it with its hash, as the base list of
-// key with header m, keeping m's revision and dropping the deltas; the stored list is written
-// again only when rewrite. It returns the new header and the bytes written.
-func (s *Store) writeBase(txn *badger.Txn, key string, m meta, value []byte, hash string, rewrite bool) (meta, int, error) {
-	m.Base, m.BaseHash, m.BaseBytes = "", hash, len(value)
+// encodedList is a tag list as encodeTags encodes it, with its hash.
+type encodedList struct {
+	value []byte
+	hash  string
+}
+
+// writeBase writes list as the base list of key with header m, keeping m's revision and
+// dropping the deltas; the stored list is written again only when rewrite. It returns the new
+// header and the bytes written.
+func (s *Store) writeBase(txn *badger.Txn, key string, m meta, list encodedList, rewrite bool) (meta, int, error) {
+	value := list.value
+	m.Base, m.BaseHash, m.BaseBytes = "", list.hash, len(value)
 	m.Deltas, m.DeltaBytes = 0, 0
 	mv := encodeMeta(m)
 	n := len(metaKey(key)) + len(mv)
@@ -173,7 +180,7 @@ func (s *Store) compact(txn *badger.Txn, key string) (int, error) {
 		return 0, err
 	}
 	value, hash := encodeTags(e.Tags)
-	_, n, err := s.writeBase(txn, key, m, value, hash, true)
+	_, n, err := s.writeBase(txn, key, m, encodedList{value, hash}, true)
 	return n, err
 }
 

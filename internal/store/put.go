@@ -47,7 +47,7 @@ func (s *Store) Put(ctx context.Context, key string, id Identity, tags []string,
 		}
 		changed = !sameList || old.Identity != id
 		// Rewriting an unchanged base would only feed the value log.
-		m, written, err = s.writeBase(txn, key, m, value, hash, !sameBase)
+		m, written, err = s.writeBase(txn, key, m, encodedList{value, hash}, !sameBase)
 		e.Revision = m.Revision
 		return err
 	})

@@ -85,28 +85,42 @@ func rawLogIDs(t testing.TB, logs map[string]*root.TransparencyLog) map[string]*
 // deployment's Fulcio for the OIDC identity subject of issuer, the signed statement of
 // SignBundle, its Rekor entry with an inclusion proof, attached as an OCI 1.1 referrer.
 // SignOver and SignPredicate apply; SignExpired signs after the certificate expired.
-func (r *Registry) SignKeyless(t testing.TB, repo, digest string, s *Sigstore, subject, issuer string, opts ...SignOption) {
+func (r *Registry) SignKeyless(t testing.TB, repo, digest string, id KeylessIdentity, opts ...SignOption) {
 	t.Helper()
-	signKeyless(t, r.repository(t, repo), digest, remote.WithTransport(registryDirect{r.pages}), s, subject, issuer, opts...)
+	signKeyless(t, signTarget{r.repository(t, repo), digest, remote.WithTransport(registryDirect{r.pages})}, id, opts...)
+}
+
+// KeylessIdentity is an OIDC identity, subject of issuer, that a Sigstore deployment's Fulcio
+// certifies for keyless signing.
+type KeylessIdentity struct {
+	sigstore        *Sigstore
+	subject, issuer string
+}
+
+// Identity returns the identity subject of issuer as s certifies it.
+func (s *Sigstore) Identity(subject, issuer string) KeylessIdentity {
+	return KeylessIdentity{sigstore: s, subject: subject, issuer: issuer}
 }
 
 // SignExpired makes a keyless signature whose transparency log entry was integrated after the
 // signing certificate's ten minutes.
 func SignExpired() SignOption { return func(c *signConfig) { c.expired = true } }
 
-func signKeyless(t testing.TB, repo name.Repository, digest string, direct remote.Option, s *Sigstore, subject, issuer string, opts ...SignOption) {
+func signKeyless(t testing.TB, at signTarget, id KeylessIdentity, opts ...SignOption) {
 	t.Helper()
+	repo, digest := at.repo, at.digest
+	s, subject, issuer := id.sigstore, id.subject, id.issuer
 	c := signConfig{over: digest, predType: cosignSignPredicate}
 	for _, o := range opts {
 		o(&c)
 	}
 	statement := statementJSON(t, repo, c)
 	// The certificate is valid for ten minutes from now; its log entry must fall inside.
-	at := time.Now().Add(5 * time.Minute)
+	signedAt := time.Now().Add(5 * time.Minute)
 	if c.expired {
-		at = time.Now().Add(20 * time.Minute)
+		signedAt = time.Now().Add(20 * time.Minute)
 	}
-	e, err := s.vs.AttestAtTime(subject, issuer, statement, at, true)
+	e, err := s.vs.AttestAtTime(subject, issuer, statement, signedAt, true)
 	if err != nil {
 		t.Fatalf("keyless signing %s@%s: %v", repo.Name(), digest, err)
 	}
@@ -159,7 +173,7 @@ func signKeyless(t testing.TB, repo name.Repository, digest string, direct remot
 	if err != nil {
 		t.Fatal(err)
 	}
-	attach(t, repo, digest, direct, sigstoreBundleV03, static.NewLayer(bundleJSON, sigstoreBundleV03),
+	attach(t, at, sigstoreBundleV03, static.NewLayer(bundleJSON, sigstoreBundleV03),
 		map[string]string{bundleContentAnnot: "dsse-envelope", bundlePredicateAnnot: c.predType})
 }
 

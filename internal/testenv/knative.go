@@ -124,16 +124,12 @@ func KnativeEnv(t testing.TB, opts KnativeOptions) (*Env, *Knative) {
 // every webhook is registered and answers, and every controller reports ready.
 func (e *Env) StartKnative(ctx context.Context, opts KnativeOptions) (*Knative, error) {
 	kn := &Knative{}
-	type component struct {
-		name, namespace string
-		programs        []string // the Deployments of config/core to run
-	}
-	var comps []component
+	var comps []knativeComponent
 	if opts.Serving {
-		comps = append(comps, component{name: "serving", namespace: "knative-serving", programs: []string{"webhook", "controller"}})
+		comps = append(comps, knativeComponent{name: "serving", namespace: "knative-serving", programs: []string{"webhook", "controller"}})
 	}
 	if opts.Eventing || opts.EventingController {
-		c := component{name: "eventing", namespace: "knative-eventing"}
+		c := knativeComponent{name: "eventing", namespace: "knative-eventing"}
 		if opts.Eventing {
 			c.programs = append(c.programs, "eventing-webhook")
 		}
@@ -169,14 +165,21 @@ func (e *Env) StartKnative(ctx context.Context, opts KnativeOptions) (*Knative, 
 				yamlDirs = append(yamlDirs, filepath.Join(dir, "config"))
 			}
 		}
-		if err := e.startKnativeComponent(ctx, c.name, c.namespace, bin, yamlDirs, c.programs); err != nil {
+		if err := e.startKnativeComponent(ctx, c, bin, yamlDirs); err != nil {
 			return nil, fmt.Errorf("knative %s: %w", c.name, err)
 		}
 	}
 	return kn, nil
 }
 
-func (e *Env) startKnativeComponent(ctx context.Context, name, namespace, bin string, yamlDirs []string, programs []string) error {
+// knativeComponent is Serving or Eventing, in its namespace, with the programs to run.
+type knativeComponent struct {
+	name, namespace string
+	programs        []string // the Deployments of config/core to run
+}
+
+func (e *Env) startKnativeComponent(ctx context.Context, c knativeComponent, bin string, yamlDirs []string) error {
+	name, namespace, programs := c.name, c.namespace, c.programs
 	var first, rest, deployments []*unstructured.Unstructured
 	walk := func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") {
@@ -289,7 +292,8 @@ func (e *Env) startKnativeComponent(ctx context.Context, name, namespace, bin st
 					return err
 				}
 			}
-			return e.startKnativeProgram(ctx, logName, filepath.Join(bin, binary), environ, service, ports[service], webhookConfigs)
+			return e.startKnativeProgram(ctx, logName, filepath.Join(bin, binary), environ,
+				knativeWebhook{service: service, port: ports[service], configs: webhookConfigs})
 		}); err != nil {
 			return err
 		}
@@ -328,11 +332,20 @@ func webhookObjects(configs []*unstructured.Unstructured, namespace string, port
 	return objs
 }
 
+// knativeWebhook is the webhook Service service that a Knative program serves, if any (empty:
+// none), on port, as the webhook configurations configs name it.
+type knativeWebhook struct {
+	service string
+	port    int
+	configs []*unstructured.Unstructured
+}
+
 // startKnativeProgram starts one of Knative's programs with environ, on ports that
-// PortForProcess picks and the webhook port when it serves the webhook Service service, and
-// waits until it is ready. When the program exits because one of its ports was taken, the
-// error wraps ErrAddrInUse.
-func (e *Env) startKnativeProgram(ctx context.Context, logName, binary string, environ []string, service string, webhookPort int, webhookConfigs []*unstructured.Unstructured) error {
+// PortForProcess picks and the webhook port when it serves the webhook wh, and waits until it
+// is ready. When the program exits because one of its ports was taken, the error wraps
+// ErrAddrInUse.
+func (e *Env) startKnativeProgram(ctx context.Context, logName, binary string, environ []string, wh knativeWebhook) error {
+	service, webhookPort, webhookConfigs := wh.service, wh.port, wh.configs
 	var ports [3]int
 	for i := range ports {
 		p, err := pickPort()

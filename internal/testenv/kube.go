@@ -143,7 +143,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := env.startAPIServer(ctx, apiBin, opts.APIServerPort, etcdURL, opts.Address, opts.Dial, p); err != nil {
+	if err := env.startAPIServer(ctx, apiBin, etcdURL, opts, p); err != nil {
 		return nil, err
 	}
 	if env.Kubeconfig, err = env.writeKubeconfig(p); err != nil {
@@ -199,10 +199,12 @@ func (e *Env) startEtcd(ctx context.Context, bin string, port int) (string, erro
 	})
 }
 
-// startAPIServer starts kube-apiserver on address (empty: 127.0.0.1) and port (zero: one
-// PortForProcess picks, again if it was taken) against etcdURL, sets e's URL, clients and
-// configuration (dialing with dial when not nil), and waits until it is ready.
-func (e *Env) startAPIServer(ctx context.Context, bin string, port int, etcdURL, address string, dial func(context.Context, string, string) (net.Conn, error), p *pki) error {
+// startAPIServer starts kube-apiserver on opts.Address (empty: 127.0.0.1) and
+// opts.APIServerPort (zero: one PortForProcess picks, again if it was taken) against etcdURL,
+// sets e's URL, clients and configuration (dialing with opts.Dial when not nil), and waits until
+// it is ready.
+func (e *Env) startAPIServer(ctx context.Context, bin, etcdURL string, opts Options, p *pki) error {
+	port, address, dial := opts.APIServerPort, opts.Address, opts.Dial
 	// 1.37 refuses a loopback advertise address unless no endpoint reconciler runs; a test
 	// apiserver without pods needs no ServiceAccount admission (it would wait for each
 	// namespace's default ServiceAccount).

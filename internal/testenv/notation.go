@@ -149,18 +149,26 @@ func NotationTrustPolicy(scopes ...string) []byte {
 // with a certificate that has expired by the time SignNotation returns.
 func (r *Registry) SignNotation(t testing.TB, repo, digest string, ca *NotationCA, opts ...SignOption) {
 	t.Helper()
-	signNotation(t, r.Host()+"/"+repo, digest, ca, &http.Client{Transport: registryDirect{r.pages}}, opts...)
+	signNotation(t, notationTarget{r.Host() + "/" + repo, digest, &http.Client{Transport: registryDirect{r.pages}}}, ca, opts...)
 }
 
 // SignNotation signs as Registry.SignNotation does, in the registry of image (host/path, reached
 // over plain HTTP), such as docker-registry, which has no referrers API.
 func SignNotation(t testing.TB, image, digest string, ca *NotationCA, opts ...SignOption) {
 	t.Helper()
-	signNotation(t, image, digest, ca, &http.Client{Transport: remote.DefaultTransport}, opts...)
+	signNotation(t, notationTarget{image, digest, &http.Client{Transport: remote.DefaultTransport}}, ca, opts...)
 }
 
-func signNotation(t testing.TB, image, dgst string, ca *NotationCA, client *http.Client, opts ...SignOption) {
+// notationTarget is an image to sign with Notation: the manifest digest dgst of image
+// (host/path), reached with client.
+type notationTarget struct {
+	image, dgst string
+	client      *http.Client
+}
+
+func signNotation(t testing.TB, at notationTarget, ca *NotationCA, opts ...SignOption) {
 	t.Helper()
+	image, dgst, client := at.image, at.dgst, at.client
 	c := signConfig{over: dgst}
 	for _, o := range opts {
 		o(&c)

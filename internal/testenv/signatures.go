@@ -85,7 +85,7 @@ func SignPredicate(predicateType string) SignOption {
 // more layer on the same tag, as cosign appends it.
 func (r *Registry) SignLegacy(t testing.TB, repo, digest string, key *CosignKey, opts ...SignOption) {
 	t.Helper()
-	signLegacy(t, r.repository(t, repo), digest, key, remote.WithTransport(registryDirect{r.pages}), opts...)
+	signLegacy(t, signTarget{r.repository(t, repo), digest, remote.WithTransport(registryDirect{r.pages})}, key, opts...)
 }
 
 // SignLegacy signs as Registry.SignLegacy does, in the registry of image (host/path, reached
@@ -96,7 +96,14 @@ func SignLegacy(t testing.TB, image, digest string, key *CosignKey, opts ...Sign
 	if err != nil {
 		t.Fatal(err)
 	}
-	signLegacy(t, repo, digest, key, remote.WithTransport(remote.DefaultTransport), opts...)
+	signLegacy(t, signTarget{repo, digest, remote.WithTransport(remote.DefaultTransport)}, key, opts...)
+}
+
+// signTarget is an image to sign: the manifest digest in repo, reached with direct.
+type signTarget struct {
+	repo   name.Repository
+	digest string
+	direct remote.Option
 }
 
 func (r *Registry) repository(t testing.TB, repo string) name.Repository {
@@ -108,8 +115,9 @@ func (r *Registry) repository(t testing.TB, repo string) name.Repository {
 	return out
 }
 
-func signLegacy(t testing.TB, repo name.Repository, digest string, key *CosignKey, direct remote.Option, opts ...SignOption) {
+func signLegacy(t testing.TB, at signTarget, key *CosignKey, opts ...SignOption) {
 	t.Helper()
+	repo, digest, direct := at.repo, at.digest, at.direct
 	c := signConfig{over: digest}
 	for _, o := range opts {
 		o(&c)
@@ -158,7 +166,7 @@ func signLegacy(t testing.TB, repo name.Repository, digest string, key *CosignKe
 // the referrers API, go-containerregistry updates the referrers tag schema's index instead.
 func (r *Registry) SignBundle(t testing.TB, repo, digest string, key *CosignKey, opts ...SignOption) {
 	t.Helper()
-	signBundle(t, r.repository(t, repo), digest, key, remote.WithTransport(registryDirect{r.pages}), opts...)
+	signBundle(t, signTarget{r.repository(t, repo), digest, remote.WithTransport(registryDirect{r.pages})}, key, opts...)
 }
 
 // SignBundle signs as Registry.SignBundle does, in the registry of image (host/path, reached
@@ -169,11 +177,12 @@ func SignBundle(t testing.TB, image, digest string, key *CosignKey, opts ...Sign
 	if err != nil {
 		t.Fatal(err)
 	}
-	signBundle(t, repo, digest, key, remote.WithTransport(remote.DefaultTransport), opts...)
+	signBundle(t, signTarget{repo, digest, remote.WithTransport(remote.DefaultTransport)}, key, opts...)
 }
 
-func signBundle(t testing.TB, repo name.Repository, digest string, key *CosignKey, direct remote.Option, opts ...SignOption) {
+func signBundle(t testing.TB, at signTarget, key *CosignKey, opts ...SignOption) {
 	t.Helper()
+	repo, digest := at.repo, at.digest
 	c := signConfig{over: digest, predType: cosignSignPredicate}
 	for _, o := range opts {
 		o(&c)
@@ -191,16 +200,15 @@ func signBundle(t testing.TB, repo name.Repository, digest string, key *CosignKe
 	if err != nil {
 		t.Fatal(err)
 	}
-	attach(t, repo, digest, direct, sigstoreBundleV03, static.NewLayer(bundleJSON, sigstoreBundleV03),
+	attach(t, at, sigstoreBundleV03, static.NewLayer(bundleJSON, sigstoreBundleV03),
 		map[string]string{bundleContentAnnot: "dsse-envelope", bundlePredicateAnnot: c.predType})
 }
 
-// attach pushes an artifact manifest of one layer whose subject is the manifest digest of
-// repo, built by hand as cosign v3 writes it: go-containerregistry's mutate cannot set
-// artifactType.
-func attach(t testing.TB, repo name.Repository, digest string, direct remote.Option, artifactType string, layer v1.Layer, annotations map[string]string) {
+// attach pushes an artifact manifest of one layer whose subject is the image at, built by hand
+// as cosign v3 writes it: go-containerregistry's mutate cannot set artifactType.
+func attach(t testing.TB, at signTarget, artifactType string, layer v1.Layer, annotations map[string]string) {
 	t.Helper()
-	subject := repo.Digest(digest)
+	subject, direct := at.repo.Digest(at.digest), at.direct
 	sd, err := remote.Head(subject, direct)
 	if err != nil {
 		t.Fatalf("attaching to %s: %v", subject, err)

@@ -42,7 +42,7 @@ func parseACREvent(source string, body []byte, deliveryID string) ([]Event, erro
 	if deliveryID == "" {
 		deliveryID = bodyID(body)
 	}
-	e, err := newEvent(source, p.Request.Host, p.Target.Repository, p.Target.Tag, p.Target.Digest, deliveryID)
+	e, err := newEvent(Event{Source: source, Host: p.Request.Host, Repository: p.Target.Repository, Tag: p.Target.Tag, Digest: p.Target.Digest, DeliveryID: deliveryID})
 	if err != nil {
 		return nil, err
 	}

@@ -55,7 +55,7 @@ func parseCDEvent(data []byte, ceID string) ([]Event, error) {
 	if id == "" {
 		id = bodyID(data)
 	}
-	e, err := newEvent("cdevents", ref.host, ref.repository, p.qualifiers["tag"], digest, id)
+	e, err := newEvent(Event{Source: "cdevents", Host: ref.host, Repository: ref.repository, Tag: p.qualifiers["tag"], Digest: digest, DeliveryID: id})
 	if err != nil {
 		return nil, err
 	}

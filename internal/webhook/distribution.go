@@ -88,7 +88,7 @@ func parseDistribution(req Request) ([]Event, error) {
 			}
 			last.host, last.repository, last.canonHost, last.canonRepository = host, t.Repository, h, r
 		}
-		e, err := pushEvent("distribution", last.canonHost, last.canonRepository, t.Tag, t.Digest, id)
+		e, err := pushEvent(Event{Source: "distribution", Host: last.canonHost, Repository: last.canonRepository, Tag: t.Tag, Digest: t.Digest, DeliveryID: id})
 		if err != nil {
 			return nil, err
 		}

@@ -27,7 +27,7 @@ func parseDockerHub(req Request) ([]Event, error) {
 	if p.Repository.RepoName == "" {
 		return nil, malformed("no repository.repo_name")
 	}
-	e, err := newEvent("dockerhub", "docker.io", p.Repository.RepoName, p.PushData.Tag, "", bodyID(req.Body))
+	e, err := newEvent(Event{Source: "dockerhub", Host: "docker.io", Repository: p.Repository.RepoName, Tag: p.PushData.Tag, DeliveryID: bodyID(req.Body)})
 	if err != nil {
 		return nil, err
 	}

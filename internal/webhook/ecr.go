@@ -60,7 +60,7 @@ func parseECR(req Request) ([]Event, error) {
 	if id == "" {
 		id = bodyID(req.Body)
 	}
-	e, err := newEvent("ecr", host, d.RepositoryName, d.ImageTag, d.ImageDigest, id)
+	e, err := newEvent(Event{Source: "ecr", Host: host, Repository: d.RepositoryName, Tag: d.ImageTag, Digest: d.ImageDigest, DeliveryID: id})
 	if err != nil {
 		return nil, err
 	}

@@ -48,12 +48,13 @@ var (
 const maxNameLength = 255
 
 // newEvent canonicalises and validates one event. An empty host means Docker Hub.
-func newEvent(source, host, repository, tag, digest, deliveryID string) (Event, error) {
-	host, repository, err := canonicalRepository(host, repository)
+func newEvent(e Event) (Event, error) {
+	var err error
+	e.Host, e.Repository, err = canonicalRepository(e.Host, e.Repository)
 	if err != nil {
 		return Event{}, err
 	}
-	return pushEvent(source, host, repository, tag, digest, deliveryID)
+	return pushEvent(e)
 }
 
 // canonicalRepository canonicalises and validates a registry host and a repository path.
@@ -81,22 +82,15 @@ func canonicalRepository(host, repository string) (string, string, error) {
 	return host, repository, nil
 }
 
-// pushEvent validates the tag and digest of a push to a repository canonicalRepository made.
-func pushEvent(source, host, repository, tag, digest, deliveryID string) (Event, error) {
-	if tag != "" && !imagename.ValidTag(tag) {
-		return Event{}, malformed("invalid tag %s", quote(tag))
+// pushEvent validates the tag and digest of e, a push to a repository canonicalRepository made.
+func pushEvent(e Event) (Event, error) {
+	if e.Tag != "" && !imagename.ValidTag(e.Tag) {
+		return Event{}, malformed("invalid tag %s", quote(e.Tag))
 	}
-	if digest != "" && !digestPattern.MatchString(digest) {
-		return Event{}, malformed("invalid digest %s", quote(digest))
+	if e.Digest != "" && !digestPattern.MatchString(e.Digest) {
+		return Event{}, malformed("invalid digest %s", quote(e.Digest))
 	}
-	return Event{
-		Host:       host,
-		Repository: repository,
-		Tag:        tag,
-		Digest:     digest,
-		DeliveryID: deliveryID,
-		Source:     source,
-	}, nil
+	return e, nil
 }
 
 // isDigest tells a digest from a tag where a source puts either in the same field.

@@ -76,7 +76,7 @@ func parsePubSub(source string, body []byte, fallbackID string) ([]Event, error)
 	if id == "" {
 		id = bodyID(body)
 	}
-	e, err := newEvent(source, tagged.host, tagged.repository, tagged.tag, digest, id)
+	e, err := newEvent(Event{Source: source, Host: tagged.host, Repository: tagged.repository, Tag: tagged.tag, Digest: digest, DeliveryID: id})
 	if err != nil {
 		return nil, err
 	}

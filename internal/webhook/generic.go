@@ -31,7 +31,7 @@ func parseGeneric(req Request) ([]Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := newEvent("generic", ref.host, ref.repository, tag, digest, bodyID(req.Body))
+	e, err := newEvent(Event{Source: "generic", Host: ref.host, Repository: ref.repository, Tag: tag, Digest: digest, DeliveryID: bodyID(req.Body)})
 	if err != nil {
 		return nil, err
 	}

@@ -119,7 +119,7 @@ func parseGitHub(req Request) ([]Event, error) {
 	}
 	events := make([]Event, 0, len(tags))
 	for _, tag := range tags {
-		e, err := newEvent("github", ref.host, ref.repository, tag, digest, id)
+		e, err := newEvent(Event{Source: "github", Host: ref.host, Repository: ref.repository, Tag: tag, Digest: digest, DeliveryID: id})
 		if err != nil {
 			return nil, err
 		}

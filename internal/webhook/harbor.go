@@ -45,7 +45,7 @@ func parseHarbor(req Request) ([]Event, error) {
 		if repository == "" {
 			repository = ref.repository
 		}
-		e, err := newEvent("harbor", ref.host, repository, r.Tag, r.Digest, id)
+		e, err := newEvent(Event{Source: "harbor", Host: ref.host, Repository: repository, Tag: r.Tag, Digest: r.Digest, DeliveryID: id})
 		if err != nil {
 			return nil, err
 		}

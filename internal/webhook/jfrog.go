@@ -59,7 +59,7 @@ func parseJFrog(req Request) ([]Event, error) {
 	if sum := strings.ToLower(d.SHA256); len(sum) == 64 && isHex(sum) {
 		digest = "sha256:" + sum
 	}
-	e, err := newEvent("jfrog", host, repository, d.Tag, digest, bodyID(req.Body))
+	e, err := newEvent(Event{Source: "jfrog", Host: host, Repository: repository, Tag: d.Tag, Digest: digest, DeliveryID: bodyID(req.Body)})
 	if err != nil {
 		return nil, err
 	}

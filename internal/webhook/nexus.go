@@ -50,7 +50,7 @@ func parseNexus(req Request) ([]Event, error) {
 	if id == "" {
 		id = bodyID(req.Body)
 	}
-	e, err := newEvent("nexus", host, joinPath(prefix, c.Name), c.Version, "", id)
+	e, err := newEvent(Event{Source: "nexus", Host: host, Repository: joinPath(prefix, c.Name), Tag: c.Version, DeliveryID: id})
 	if err != nil {
 		return nil, err
 	}

@@ -58,7 +58,7 @@ func parseQuay(req Request) ([]Event, error) {
 	id := bodyID(req.Body)
 	events := make([]Event, 0, len(unique))
 	for _, tag := range unique {
-		e, err := newEvent("quay", ref.host, ref.repository, tag, "", id)
+		e, err := newEvent(Event{Source: "quay", Host: ref.host, Repository: ref.repository, Tag: tag, DeliveryID: id})
 		if err != nil {
 			return nil, err
 		}

@@ -241,7 +241,7 @@ func TestSignatureHeaderForms(t *testing.T) {
 }
 
 func TestEventKey(t *testing.T) {
-	e, err := newEvent("dockerhub", "index.docker.io", "Alpine", "3.20", "", "id")
+	e, err := newEvent(Event{Source: "dockerhub", Host: "index.docker.io", Repository: "Alpine", Tag: "3.20", DeliveryID: "id"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestNewEventValidation(t *testing.T) {
 		{"ghcr.io", strings.Repeat("a", 250), "v1", "", false},
 	}
 	for _, tt := range tests {
-		_, err := newEvent("test", tt.host, tt.repo, tt.tag, tt.digest, "")
+		_, err := newEvent(Event{Source: "test", Host: tt.host, Repository: tt.repo, Tag: tt.tag, Digest: tt.digest})
 		if tt.ok != (err == nil) || (!tt.ok && !errors.Is(err, ErrMalformed)) {
 			t.Errorf("newEvent(%q, %q, %q, %q) err = %v, want ok=%v", tt.host, tt.repo, tt.tag, tt.digest, err, tt.ok)
 		}

@@ -21,15 +21,21 @@ const (
 	// TagsEvaluatedCondition is reflector's own condition on an ImagePolicy: its message is the
 	// tag revision (the ImageRepository's status.lastScanResult.revision) that the last
 	// successful evaluation read. The cron reconciler compares it with the repository's current
-	// revision, so a policy whose "tags changed" event was lost is still evaluated. Flux's
-	// tooling ignores condition types it does not know.
+	// revision, so a policy whose "tags changed" event was lost is still evaluated. Its reason
+	// is EvaluatedReason or SkippedUnverifiedReason. Flux's tooling ignores condition types it
+	// does not know.
 	TagsEvaluatedCondition = "TagsEvaluated"
 )
 
 // Condition reasons, with the names Flux uses for them.
 const (
-	// EvaluatedReason is the reason of TagsEvaluatedCondition.
+	// EvaluatedReason is the reason of TagsEvaluatedCondition when the evaluation selected the
+	// best candidate.
 	EvaluatedReason = "Evaluated"
+	// SkippedUnverifiedReason is the reason of TagsEvaluatedCondition when the evaluation, of a
+	// policy with spec.verify, skipped better candidates whose signatures did not verify (Ready's
+	// message names them): they may be signed later, so the policy is evaluated again.
+	SkippedUnverifiedReason = "SkippedUnverified"
 	// SucceededReason signals that the reconciliation succeeded.
 	SucceededReason = "Succeeded"
 	// FailedReason signals that the reconciliation failed.
