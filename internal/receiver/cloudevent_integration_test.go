@@ -20,15 +20,28 @@ import (
 	"github.com/imagereflector/reflector/internal/store"
 )
 
-// postEvent sends one CloudEvent to the fixture in binary or structured mode and returns the
-// status code and body of the answer.
+// postEvent sends one CloudEvent from the source /test to the fixture in binary or structured
+// mode and returns the status code and body of the answer.
 func (f *fixture) postEvent(t testing.TB, structured bool, ceType, id string, data []byte) (int, string) {
+	t.Helper()
+	return f.post(t, cloudEvent{structured: structured, ceType: ceType, source: "/test", id: id}, data)
+}
+
+// cloudEvent is the attributes of a CloudEvent that a test sends, and its mode.
+type cloudEvent struct {
+	structured         bool
+	ceType, source, id string
+}
+
+// post sends e with data to the fixture's CloudEvents surface and returns the status code and
+// body of the answer.
+func (f *fixture) post(t testing.TB, e cloudEvent, data []byte) (int, string) {
 	t.Helper()
 	var req *http.Request
 	var err error
-	if structured {
+	if e.structured {
 		envelope, _ := json.Marshal(map[string]any{
-			"specversion": "1.0", "type": ceType, "source": "/test", "id": id,
+			"specversion": "1.0", "type": e.ceType, "source": e.source, "id": e.id,
 			"datacontenttype": "application/json", "data": json.RawMessage(data),
 		})
 		req, err = http.NewRequest(http.MethodPost, f.srv.URL+"/", bytes.NewReader(envelope))
@@ -39,9 +52,9 @@ func (f *fixture) postEvent(t testing.TB, structured bool, ceType, id string, da
 		req, err = http.NewRequest(http.MethodPost, f.srv.URL+"/", bytes.NewReader(data))
 		if err == nil {
 			req.Header.Set("Ce-Specversion", "1.0")
-			req.Header.Set("Ce-Type", ceType)
-			req.Header.Set("Ce-Source", "/test")
-			req.Header.Set("Ce-Id", id)
+			req.Header.Set("Ce-Type", e.ceType)
+			req.Header.Set("Ce-Source", e.source)
+			req.Header.Set("Ce-Id", e.id)
 			req.Header.Set("Content-Type", "application/json")
 		}
 	}

@@ -1,9 +1,7 @@
 package receiver_test
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -44,7 +42,7 @@ func TestDocumentedPayloadsIntegration(t *testing.T) {
 				// A CloudEvent is matched in every namespace, by a listing that the apiserver
 				// may answer from its cache.
 				f.waitCached(t, receiver.Object{Namespace: ns, Name: "app"})
-				code, body := postCloudEvent(t, f, e.Get("type"), e.Get("source"), e.Get("id"), e.Body)
+				code, body := f.post(t, cloudEvent{ceType: e.Get("type"), source: e.Get("source"), id: e.Get("id")}, e.Body)
 				if code/100 != 2 {
 					t.Fatalf("%s: answered %d %s", e.Where(), code, body)
 				}
@@ -87,26 +85,4 @@ func documented(t *testing.T, e replay.Example, path string) delivery {
 		}
 	}
 	return d
-}
-
-// postCloudEvent sends data as a binary-mode CloudEvent of the given attributes to the
-// fixture's CloudEvents surface and returns the answer.
-func postCloudEvent(t *testing.T, f *fixture, ceType, source, id string, data []byte) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, f.srv.URL+"/", bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Ce-Specversion", "1.0")
-	req.Header.Set("Ce-Type", ceType)
-	req.Header.Set("Ce-Source", source)
-	req.Header.Set("Ce-Id", id)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := f.srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
