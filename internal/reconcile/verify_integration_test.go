@@ -19,6 +19,7 @@ import (
 	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/signature"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/signing"
 )
 
 // verifyFixture is an evalFixture whose Evaluator verifies signatures with internal/signature,
@@ -26,8 +27,8 @@ import (
 type verifyFixture struct {
 	*evalFixture
 	reg     *testenv.Registry
-	trusted *testenv.CosignKey
-	other   *testenv.CosignKey
+	trusted *signing.CosignKey
+	other   *signing.CosignKey
 
 	mu  sync.Mutex
 	now time.Time
@@ -36,7 +37,7 @@ type verifyFixture struct {
 func newVerifyFixture(t *testing.T, opts ...testenv.RegistryOption) *verifyFixture {
 	t.Helper()
 	f := &verifyFixture{evalFixture: newEvalFixture(t), reg: testenv.NewRegistry(t, opts...),
-		trusted: testenv.NewCosignKey(t), other: testenv.NewCosignKey(t), now: time.Now()}
+		trusted: signing.NewCosignKey(t), other: signing.NewCosignKey(t), now: time.Now()}
 	f.ev.Verifier = func(spec *v1.OCIRepositoryVerification, data map[string][]byte) (reconcile.ImageVerifier, error) {
 		return signature.New(spec, data)
 	}
@@ -99,16 +100,16 @@ func TestIntegrationVerifiedSelection(t *testing.T) {
 			f := newVerifyFixture(t, mode.opts...)
 			reg := f.reg
 			d100 := reg.Push(t, "app", "1.0.0")
-			reg.SignLegacy(t, "app", d100, f.trusted)
+			signing.Legacy(t, signing.In(reg, "app", d100), f.trusted)
 			d110 := reg.Push(t, "app", "1.1.0")
-			reg.SignBundle(t, "app", d110, f.trusted)
+			signing.Bundle(t, signing.In(reg, "app", d110), f.trusted)
 			reg.Push(t, "app", "1.2.0")
 			d130 := reg.Push(t, "app", "1.3.0")
-			reg.SignLegacy(t, "app", d130, f.other)
+			signing.Legacy(t, signing.In(reg, "app", d130), f.other)
 			d140 := reg.Push(t, "app", "1.4.0")
-			reg.SignLegacy(t, "app", d140, f.trusted, testenv.SignOver(d100))
+			signing.Legacy(t, signing.In(reg, "app", d140), f.trusted, signing.Over(d100))
 			d150 := reg.Push(t, "app", "1.5.0")
-			reg.SignBundle(t, "app", d150, f.trusted, testenv.SignTampered())
+			signing.Bundle(t, signing.In(reg, "app", d150), f.trusted, signing.Tampered())
 			f.verifiedPolicy(t, "app", "cosign-keys")
 			tags := []string{"1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0",
 				strings.Replace(d100, ":", "-", 1) + ".sig", strings.Replace(d110, ":", "-", 1)}
@@ -141,7 +142,7 @@ func TestIntegrationVerifiedSelection(t *testing.T) {
 				t.Fatalf("after an unsigned 2.0.0: %+v, want 1.1.0 kept", out)
 			}
 			// Signed a moment later, it is taken once the refusal is no longer remembered.
-			reg.SignLegacy(t, "app", reg.ImageDigest(t, "app", "2.0.0"), f.trusted)
+			signing.Legacy(t, signing.In(reg, "app", reg.ImageDigest(t, "app", "2.0.0")), f.trusted)
 			f.advance(reconcile.UnverifiedTTL)
 			f.request(t, "app", "signed")
 			if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "2.0.0" || !out.Changed {
@@ -155,7 +156,7 @@ func TestIntegrationVerifiedSelection(t *testing.T) {
 func TestIntegrationVerifiedSelectionNoneVerifies(t *testing.T) {
 	f := newVerifyFixture(t)
 	f.reg.Push(t, "app", "1.0.0")
-	f.reg.SignLegacy(t, "app", f.reg.Push(t, "app", "1.1.0"), f.other)
+	signing.Legacy(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.1.0")), f.other)
 	f.verifiedPolicy(t, "app", "cosign-keys")
 	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
 	kept := &v1.ImageRef{Name: f.reg.Image("app"), Tag: "0.9.0"}
@@ -170,7 +171,7 @@ func TestIntegrationVerifiedSelectionNoneVerifies(t *testing.T) {
 // checks above a signed one: latestRef stays where it was.
 func TestIntegrationVerifiedSelectionAtMostTenChecked(t *testing.T) {
 	f := newVerifyFixture(t)
-	f.reg.SignLegacy(t, "app", f.reg.Push(t, "app", "1.0.0"), f.trusted)
+	signing.Legacy(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.0.0")), f.trusted)
 	tags := []string{"1.0.0"}
 	for i := 1; i <= reconcile.MaxVerifiedCandidates; i++ {
 		tag := fmt.Sprintf("1.0.%d", i)
@@ -262,7 +263,7 @@ func (f *verifyFixture) addPushed(t *testing.T, name, tag, digest string) events
 func TestIntegrationVerifiedPushChecksOnlyThePushedTag(t *testing.T) {
 	f := newVerifyFixture(t)
 	d100 := f.reg.Push(t, "app", "1.0.0")
-	f.reg.SignLegacy(t, "app", d100, f.trusted)
+	signing.Legacy(t, signing.In(f.reg, "app", d100), f.trusted)
 	d110 := f.reg.Push(t, "app", "1.1.0")
 	f.verifiedPolicy(t, "app", "cosign-keys")
 	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
@@ -271,7 +272,7 @@ func TestIntegrationVerifiedPushChecksOnlyThePushedTag(t *testing.T) {
 	}
 
 	d200 := f.reg.Push(t, "app", "2.0.0")
-	f.reg.SignBundle(t, "app", d200, f.trusted)
+	signing.Bundle(t, signing.In(f.reg, "app", d200), f.trusted)
 	change := f.addPushed(t, "app", "2.0.0", d200)
 	f.cached(t, f.ns+"/app")
 	before := len(f.reg.Requests())
@@ -299,7 +300,7 @@ func TestIntegrationVerifiedPushChecksOnlyThePushedTag(t *testing.T) {
 func newUnsignedPushFixture(t *testing.T, opts ...testenv.RegistryOption) (*verifyFixture, string) {
 	t.Helper()
 	f := newVerifyFixture(t, opts...)
-	f.reg.SignLegacy(t, "app", f.reg.Push(t, "app", "1.0.0"), f.trusted)
+	signing.Legacy(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.0.0")), f.trusted)
 	d110 := f.reg.Push(t, "app", "1.1.0")
 	f.verifiedPolicy(t, "app", "cosign-keys")
 	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
@@ -316,7 +317,7 @@ func newUnsignedPushFixture(t *testing.T, opts ...testenv.RegistryOption) (*veri
 // longer advanced (the skipped tag may have been signed since) and the store decides.
 func TestIntegrationVerifiedAdvanceIsAFullEvaluation(t *testing.T) {
 	f := newVerifyFixture(t)
-	f.reg.SignLegacy(t, "app", f.reg.Push(t, "app", "1.0.0"), f.trusted)
+	signing.Legacy(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.0.0")), f.trusted)
 	f.verifiedPolicy(t, "app", "cosign-keys")
 	f.put(t, f.ns, "app", "1.0.0")
 	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
@@ -338,7 +339,7 @@ func TestIntegrationVerifiedAdvanceIsAFullEvaluation(t *testing.T) {
 	} {
 		digest := f.reg.Push(t, "app", step.tag)
 		if step.sign {
-			f.reg.SignBundle(t, "app", digest, f.trusted)
+			signing.Bundle(t, signing.In(f.reg, "app", digest), f.trusted)
 		}
 		change := f.addPushed(t, "app", step.tag, digest)
 		f.cached(t, f.ns+"/app")
@@ -358,7 +359,7 @@ func TestIntegrationVerifiedAdvanceIsAFullEvaluation(t *testing.T) {
 	}
 
 	d400 := f.reg.Push(t, "app", "4.0.0")
-	f.reg.SignBundle(t, "app", d400, f.trusted)
+	signing.Bundle(t, signing.In(f.reg, "app", d400), f.trusted)
 	change := f.addPushed(t, "app", "4.0.0", d400)
 	f.cached(t, f.ns+"/app")
 	if outs, _ := withoutStore(change); len(outs) == 1 && outs[0].Latest != nil && outs[0].Latest.Tag == "4.0.0" {
@@ -375,7 +376,7 @@ func TestIntegrationVerifiedAdvanceIsAFullEvaluation(t *testing.T) {
 // remembered refusal while it is fresh, and selects the tag once the refusal has expired.
 func TestIntegrationVerifiedSelectionSignedBehindTheReferrersAPI(t *testing.T) {
 	f, d110 := newUnsignedPushFixture(t, testenv.RegistryReferrers())
-	f.reg.SignBundle(t, "app", d110, f.trusted)
+	signing.Bundle(t, signing.In(f.reg, "app", d110), f.trusted)
 	before := f.reg.RequestCount()
 	if out := f.evaluate(t, f.ns, "app"); out.Result == reconcile.PolicyUnchanged || out.Latest == nil || out.Latest.Tag != "1.0.0" {
 		t.Fatalf("outcome %+v, want an evaluation that keeps 1.0.0 while the refusal is fresh", out)
@@ -408,7 +409,7 @@ func (f *verifyFixture) withoutStore(t *testing.T) func(events.TagsChanged) ([]r
 // the signature looked at again at once, without waiting for the refusal to be forgotten.
 func TestIntegrationVerifiedSelectionSignedAfterPush(t *testing.T) {
 	f, d110 := newUnsignedPushFixture(t)
-	f.reg.SignBundle(t, "app", d110, f.trusted)
+	signing.Bundle(t, signing.In(f.reg, "app", d110), f.trusted)
 	f.put(t, f.ns, "app", "1.0.0", "1.1.0", strings.Replace(d110, ":", "-", 1))
 	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" {
 		t.Fatalf("outcome %+v, want 1.1.0 once its signature is listed", out)
@@ -434,7 +435,7 @@ func TestIntegrationVerifiedSelectionSignatureAnnounced(t *testing.T) {
 		}
 	}
 
-	f.reg.SignLegacy(t, "app", d110, f.trusted)
+	signing.Legacy(t, signing.In(f.reg, "app", d110), f.trusted)
 	before := f.reg.RequestCount()
 	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
 		t.Fatalf("outcome %+v, want 1.0.0 while the refusal of 1.1.0 is remembered", out)
@@ -445,12 +446,12 @@ func TestIntegrationVerifiedSelectionSignatureAnnounced(t *testing.T) {
 	announced(d110, "1.1.0")
 
 	d120 := f.reg.Push(t, "app", "1.2.0")
-	f.reg.SignBundle(t, "app", d120, f.other)
+	signing.Bundle(t, signing.In(f.reg, "app", d120), f.other)
 	f.put(t, f.ns, "app", "1.0.0", "1.1.0", "1.2.0", strings.Replace(d120, ":", "-", 1))
 	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" {
 		t.Fatalf("outcome %+v, want 1.1.0 while 1.2.0 is signed by another key only", out)
 	}
-	f.reg.SignBundle(t, "app", d120, f.trusted)
+	signing.Bundle(t, signing.In(f.reg, "app", d120), f.trusted)
 	announced(d120, "1.2.0")
 	if p := f.get(t, f.ns, "app"); strings.Contains(readyMessage(p), "skipped") {
 		t.Errorf("Ready message %q still names a skipped tag", readyMessage(p))
@@ -472,7 +473,7 @@ func (f *verifyFixture) revision(t *testing.T, name string) string {
 func TestIntegrationVerifiedDigestIsReflected(t *testing.T) {
 	f := newVerifyFixture(t)
 	d100 := f.reg.Push(t, "app", "1.0.0")
-	f.reg.SignBundle(t, "app", d100, f.trusted)
+	signing.Bundle(t, signing.In(f.reg, "app", d100), f.trusted)
 	f.reg.Push(t, "app", "1.1.0")
 	f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
 	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
@@ -495,11 +496,11 @@ func TestIntegrationVerifiedDigestIsReflected(t *testing.T) {
 // the test, whose trusted root the Secret holds: an image signed by another identity is skipped.
 func TestIntegrationVerifiedSelectionKeyless(t *testing.T) {
 	f := newVerifyFixture(t)
-	sigstore := testenv.NewSigstore(t)
+	sigstore := signing.NewSigstore(t)
 	f.secret(t, "sigstore", map[string][]byte{signature.TrustedRootKey: sigstore.TrustedRootJSON(t)})
 	const issuer, subject = "https://token.actions.githubusercontent.com", "https://github.com/org/app/.github/workflows/release.yaml@refs/tags/v1"
-	f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.0.0"), sigstore.Identity(subject, issuer))
-	f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.1.0"), sigstore.Identity("https://github.com/fork/app/.github/workflows/release.yaml@refs/tags/v1", issuer))
+	signing.Keyless(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.0.0")), sigstore.Identity(subject, issuer))
+	signing.Keyless(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.1.0")), sigstore.Identity("https://github.com/fork/app/.github/workflows/release.yaml@refs/tags/v1", issuer))
 	f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
 	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"),
 		Verify: &v1.OCIRepositoryVerification{Provider: "cosign", SecretRef: &v1.LocalObjectReference{Name: "sigstore"},
@@ -524,13 +525,13 @@ func TestIntegrationVerifiedSelectionNotation(t *testing.T) {
 	}{{"referrers API", []testenv.RegistryOption{testenv.RegistryReferrers()}}, {"referrers tag schema", nil}} {
 		t.Run(mode.name, func(t *testing.T) {
 			f := newVerifyFixture(t, mode.opts...)
-			trusted, other := testenv.NewNotationCA(t), testenv.NewNotationCA(t)
+			trusted, other := signing.NewNotationCA(t), signing.NewNotationCA(t)
 			f.secret(t, "notation", map[string][]byte{"ca.crt": trusted.CertPEM,
-				signature.TrustPolicyKey: testenv.NotationTrustPolicy(f.reg.Image("app"))})
+				signature.TrustPolicyKey: signing.NotationTrustPolicy(f.reg.Image("app"))})
 			d100 := f.reg.Push(t, "app", "1.0.0")
-			f.reg.SignNotation(t, "app", d100, trusted)
-			f.reg.SignNotation(t, "app", f.reg.Push(t, "app", "1.1.0"), other)
-			f.reg.SignNotation(t, "app", f.reg.Push(t, "app", "1.2.0"), trusted, testenv.SignOver(d100))
+			signing.Notation(t, signing.In(f.reg, "app", d100), trusted)
+			signing.Notation(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.1.0")), other)
+			signing.Notation(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.2.0")), trusted, signing.Over(d100))
 			f.reg.Push(t, "app", "1.3.0")
 			f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
 			f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"),
@@ -567,7 +568,7 @@ func TestIntegrationVerifiedSelectionNotation(t *testing.T) {
 // without quoting it, and reads nothing from the registry.
 func TestIntegrationVerifiedSelectionNotationBadSecret(t *testing.T) {
 	f := newVerifyFixture(t)
-	ca := testenv.NewNotationCA(t)
+	ca := signing.NewNotationCA(t)
 	const planted = "c2VjcmV0LWtleS1tYXRlcmlhbA=="
 	for _, tt := range []struct {
 		name string
@@ -575,7 +576,7 @@ func TestIntegrationVerifiedSelectionNotationBadSecret(t *testing.T) {
 		want string
 	}{
 		{"bad-cert", map[string][]byte{"ca.crt": []byte("-----BEGIN PRIVATE KEY-----\n" + planted + "\n-----END PRIVATE KEY-----\n"),
-			signature.TrustPolicyKey: testenv.NotationTrustPolicy("*")}, `"ca.crt": PEM block 1 is of type "PRIVATE KEY", not CERTIFICATE`},
+			signature.TrustPolicyKey: signing.NotationTrustPolicy("*")}, `"ca.crt": PEM block 1 is of type "PRIVATE KEY", not CERTIFICATE`},
 		{"bad-policy", map[string][]byte{"ca.crt": ca.CertPEM, signature.TrustPolicyKey: []byte(`{"version": "` + planted)},
 			`"trustpolicy.json": not a JSON trust policy document`},
 	} {
@@ -609,8 +610,8 @@ func TestIntegrationVerifiedSelectionNotationBadSecret(t *testing.T) {
 // keeps its latestRef and reads nothing from the registry.
 func TestIntegrationVerifiedSelectionPublicGood(t *testing.T) {
 	const issuer, subject = "https://token.actions.githubusercontent.com", "https://github.com/org/app/.github/workflows/release.yaml@refs/tags/v1"
-	sigstore := testenv.NewSigstore(t)
-	tuf := testenv.NewTUFRepository(t, map[string][]byte{"trusted_root.json": sigstore.TrustedRootWithoutCTJSON(t)})
+	sigstore := signing.NewSigstore(t)
+	tuf := signing.NewTUFRepository(t, map[string][]byte{"trusted_root.json": sigstore.TrustedRootWithoutCTJSON(t)})
 	rootFile := filepath.Join(t.TempDir(), "root.json")
 	if err := os.WriteFile(rootFile, tuf.RootJSON(), 0o600); err != nil {
 		t.Fatal(err)
@@ -634,8 +635,8 @@ func TestIntegrationVerifiedSelectionPublicGood(t *testing.T) {
 
 	t.Run("verified", func(t *testing.T) {
 		f := fixture(t)
-		f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.0.0"), sigstore.Identity(subject, issuer))
-		f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.1.0"), sigstore.Identity("https://github.com/fork/app/.github/workflows/release.yaml@refs/tags/v1", issuer))
+		signing.Keyless(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.0.0")), sigstore.Identity(subject, issuer))
+		signing.Keyless(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.1.0")), sigstore.Identity("https://github.com/fork/app/.github/workflows/release.yaml@refs/tags/v1", issuer))
 		f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
 		f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"), Verify: verify})
 		f.put(t, f.ns, "app", "1.0.0", "1.1.0")
@@ -652,7 +653,7 @@ func TestIntegrationVerifiedSelectionPublicGood(t *testing.T) {
 		// A process of its own, whose disk cache is empty.
 		t.Setenv(signature.EnvTUFCache, t.TempDir())
 		f := fixture(t)
-		f.reg.SignKeyless(t, "app", f.reg.Push(t, "app", "1.0.0"), sigstore.Identity(subject, issuer))
+		signing.Keyless(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.0.0")), sigstore.Identity(subject, issuer))
 		f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
 		f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"), Verify: verify})
 		f.put(t, f.ns, "app", "1.0.0")

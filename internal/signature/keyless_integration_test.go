@@ -11,6 +11,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/signature"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/signing"
 )
 
 const (
@@ -26,7 +27,7 @@ func keylessSpec(ids ...v1.OIDCIdentityMatch) *v1.OCIRepositoryVerification {
 // verifies them under its trusted root, as a Secret's trusted_root.json gives it: the identity,
 // the certificate's validity at the log entry's time and the digest are each checked.
 func TestIntegrationVerifyKeyless(t *testing.T) {
-	sigstore, otherSigstore := testenv.NewSigstore(t), testenv.NewSigstore(t)
+	sigstore, otherSigstore := signing.NewSigstore(t), signing.NewSigstore(t)
 	ids := []v1.OIDCIdentityMatch{
 		{Issuer: "^https://accounts.example.com$", Subject: "^ops@example.com$"},
 		{Issuer: "^" + ciIssuer + "$", Subject: "^https://github.com/org/app/.*$"},
@@ -38,28 +39,28 @@ func TestIntegrationVerifyKeyless(t *testing.T) {
 		reason string
 	}{
 		{"the CI identity", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignKeyless(t, "app", d, sigstore.Identity(ciSubject, ciIssuer))
+			signing.Keyless(t, signing.In(r, "app", d), sigstore.Identity(ciSubject, ciIssuer))
 		}, true, ""},
 		{"another matched identity", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignKeyless(t, "app", d, sigstore.Identity("ops@example.com", "https://accounts.example.com"))
+			signing.Keyless(t, signing.In(r, "app", d), sigstore.Identity("ops@example.com", "https://accounts.example.com"))
 		}, true, ""},
 		{"another repository's workflow", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignKeyless(t, "app", d, sigstore.Identity("https://github.com/evil/app/.github/workflows/x.yaml@refs/heads/main", ciIssuer))
+			signing.Keyless(t, signing.In(r, "app", d), sigstore.Identity("https://github.com/evil/app/.github/workflows/x.yaml@refs/heads/main", ciIssuer))
 		}, false, "signed by https://github.com/evil/app/.github/workflows/x.yaml@refs/heads/main (issuer " + ciIssuer + ") that matchOIDCIdentity does not match"},
 		{"the right subject from another issuer", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignKeyless(t, "app", d, sigstore.Identity(ciSubject, "https://issuer.example.org"))
+			signing.Keyless(t, signing.In(r, "app", d), sigstore.Identity(ciSubject, "https://issuer.example.org"))
 		}, false, "that matchOIDCIdentity does not match"},
 		{"another Sigstore", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignKeyless(t, "app", d, otherSigstore.Identity(ciSubject, ciIssuer))
+			signing.Keyless(t, signing.In(r, "app", d), otherSigstore.Identity(ciSubject, ciIssuer))
 		}, false, "no signature bundle verifies under the trusted root"},
 		{"an expired certificate", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignKeyless(t, "app", d, sigstore.Identity(ciSubject, ciIssuer), testenv.SignExpired())
+			signing.Keyless(t, signing.In(r, "app", d), sigstore.Identity(ciSubject, ciIssuer), signing.Expired())
 		}, false, "no signature bundle verifies under the trusted root"},
 		{"over another digest", func(t *testing.T, r *testenv.Registry, d, o string) {
-			r.SignKeyless(t, "app", d, sigstore.Identity(ciSubject, ciIssuer), testenv.SignOver(o))
+			signing.Keyless(t, signing.In(r, "app", d), sigstore.Identity(ciSubject, ciIssuer), signing.Over(o))
 		}, false, "the signature bundle is over another digest"},
 		{"a keyless attestation", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignKeyless(t, "app", d, sigstore.Identity(ciSubject, ciIssuer), testenv.SignPredicate("https://slsa.dev/provenance/v1"))
+			signing.Keyless(t, signing.In(r, "app", d), sigstore.Identity(ciSubject, ciIssuer), signing.Predicate("https://slsa.dev/provenance/v1"))
 		}, false, "not an image signature"},
 	}
 	for _, tt := range tests {
@@ -85,7 +86,7 @@ func TestIntegrationVerifyKeyless(t *testing.T) {
 }
 
 func TestNewKeylessRefuses(t *testing.T) {
-	sigstore := testenv.NewSigstore(t)
+	sigstore := signing.NewSigstore(t)
 	tests := []struct {
 		name    string
 		spec    *v1.OCIRepositoryVerification

@@ -13,16 +13,17 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/signature"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/signing"
 )
 
 func notationSpec() *v1.OCIRepositoryVerification {
 	return &v1.OCIRepositoryVerification{Provider: "notation", SecretRef: &v1.LocalObjectReference{Name: "notation"}}
 }
 
-func newNotationVerifier(t *testing.T, ca *testenv.NotationCA, scopes ...string) *signature.Verifier {
+func newNotationVerifier(t *testing.T, ca *signing.NotationCA, scopes ...string) *signature.Verifier {
 	t.Helper()
 	v, err := signature.New(notationSpec(), map[string][]byte{
-		"ca.crt": ca.CertPEM, signature.TrustPolicyKey: testenv.NotationTrustPolicy(scopes...)})
+		"ca.crt": ca.CertPEM, signature.TrustPolicyKey: signing.NotationTrustPolicy(scopes...)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,9 +41,9 @@ type notationCase struct {
 }
 
 // notationSign signs digest with ca in the registry under test.
-type notationSign func(t *testing.T, digest string, ca *testenv.NotationCA, opts ...testenv.SignOption)
+type notationSign func(t *testing.T, digest string, ca *signing.NotationCA, opts ...signing.Option)
 
-func notationCases(trusted, other *testenv.NotationCA) []notationCase {
+func notationCases(trusted, other *signing.NotationCA) []notationCase {
 	return []notationCase{
 		{name: "unsigned", sign: func(*testing.T, notationSign, string, string) {}, reason: "not signed"},
 		{name: "trusted CA", sign: func(t *testing.T, s notationSign, d, _ string) { s(t, d, trusted) }, ok: true},
@@ -53,13 +54,13 @@ func notationCases(trusted, other *testenv.NotationCA) []notationCase {
 			s(t, d, trusted)
 		}, ok: true},
 		{name: "over another digest", sign: func(t *testing.T, s notationSign, d, o string) {
-			s(t, d, trusted, testenv.SignOver(o))
+			s(t, d, trusted, signing.Over(o))
 		}, reason: "the Notation signature is over another digest, sha256:"},
 		{name: "tampered", sign: func(t *testing.T, s notationSign, d, _ string) {
-			s(t, d, trusted, testenv.SignTampered())
+			s(t, d, trusted, signing.Tampered())
 		}, reason: "a Notation signature envelope that does not verify (tampered or malformed)"},
 		{name: "expired certificate", sign: func(t *testing.T, s notationSign, d, _ string) {
-			s(t, d, trusted, testenv.SignExpired())
+			s(t, d, trusted, signing.Expired())
 		}, reason: "the signing certificate has expired or is not yet valid"},
 		{name: "a scope of another repository", sign: func(t *testing.T, s notationSign, d, _ string) { s(t, d, trusted) },
 			scope: "registry.example/other", reason: "no statement of trustpolicy.json has a registryScope that covers 127.0.0.1:"},
@@ -69,7 +70,7 @@ func notationCases(trusted, other *testenv.NotationCA) []notationCase {
 
 // check verifies digest of image and the case's verdict; the other image's signatures, if any
 // were made, vouch for nothing.
-func (tt notationCase) check(t *testing.T, trusted *testenv.NotationCA, image, digest, otherDigest string) {
+func (tt notationCase) check(t *testing.T, trusted *signing.NotationCA, image, digest, otherDigest string) {
 	t.Helper()
 	repo, err := name.NewRepository(image, name.Insecure)
 	if err != nil {
@@ -101,7 +102,7 @@ func (tt notationCase) check(t *testing.T, trusted *testenv.NotationCA, image, d
 // and checks each verdict: on go-containerregistry's registry with the referrers API and
 // without it (the referrers tag schema).
 func TestIntegrationVerifyNotation(t *testing.T) {
-	trusted, other := testenv.NewNotationCA(t), testenv.NewNotationCA(t)
+	trusted, other := signing.NewNotationCA(t), signing.NewNotationCA(t)
 	for _, mode := range []struct {
 		name string
 		opts []testenv.RegistryOption
@@ -112,8 +113,8 @@ func TestIntegrationVerifyNotation(t *testing.T) {
 					reg := testenv.NewRegistry(t, mode.opts...)
 					digest := reg.Push(t, "app", "1.0.0")
 					otherDigest := reg.Push(t, "app", "0.9.0")
-					tt.sign(t, func(t *testing.T, d string, ca *testenv.NotationCA, opts ...testenv.SignOption) {
-						reg.SignNotation(t, "app", d, ca, opts...)
+					tt.sign(t, func(t *testing.T, d string, ca *signing.NotationCA, opts ...signing.Option) {
+						signing.Notation(t, signing.In(reg, "app", d), ca, opts...)
 					}, digest, otherDigest)
 					tt.check(t, trusted, reg.Image("app"), digest, otherDigest)
 				})
@@ -126,13 +127,13 @@ func TestIntegrationVerifyNotation(t *testing.T) {
 // which has no referrers API: Notation's signatures are found under the referrers tag schema.
 func TestIntegrationVerifyNotationDockerRegistry(t *testing.T) {
 	host := testenv.NewDockerRegistry(t)
-	trusted, other := testenv.NewNotationCA(t), testenv.NewNotationCA(t)
+	trusted, other := signing.NewNotationCA(t), signing.NewNotationCA(t)
 	for i, tt := range notationCases(trusted, other) {
 		t.Run(tt.name, func(t *testing.T) {
 			image := host + "/case" + string(rune('a'+i)) + "/app"
 			digest, otherDigest := pushRandom(t, image+":1.0.0"), pushRandom(t, image+":0.9.0")
-			tt.sign(t, func(t *testing.T, d string, ca *testenv.NotationCA, opts ...testenv.SignOption) {
-				testenv.SignNotation(t, image, d, ca, opts...)
+			tt.sign(t, func(t *testing.T, d string, ca *signing.NotationCA, opts ...signing.Option) {
+				signing.Notation(t, signing.At(image, d), ca, opts...)
 			}, digest, otherDigest)
 			tt.check(t, trusted, image, digest, otherDigest)
 		})
@@ -161,12 +162,12 @@ func pushRandom(t *testing.T, ref string) string {
 }
 
 func TestIntegrationVerifyNotationRegistryErrorIsNoVerdict(t *testing.T) {
-	ca := testenv.NewNotationCA(t)
+	ca := signing.NewNotationCA(t)
 	for _, path := range []string{"/referrers/", "/blobs/"} {
 		t.Run(path, func(t *testing.T) {
 			reg := testenv.NewRegistry(t, testenv.RegistryReferrers())
 			digest := reg.Push(t, "app", "1.0.0")
-			reg.SignNotation(t, "app", digest, ca)
+			signing.Notation(t, signing.In(reg, "app", digest), ca)
 			reg.Inject(testenv.RegistryServerError().On(path), testenv.RegistryServerError().On(path),
 				testenv.RegistryServerError().On(path), testenv.RegistryServerError().On(path))
 			repo, _ := name.NewRepository(reg.Image("app"), name.Insecure)
@@ -181,7 +182,7 @@ func TestIntegrationVerifyNotationRegistryErrorIsNoVerdict(t *testing.T) {
 // TestNotationID checks that the verifier's ID, which keys remembered verdicts, changes with
 // the trust store and with the trust policy.
 func TestNotationID(t *testing.T) {
-	a, b := testenv.NewNotationCA(t), testenv.NewNotationCA(t)
+	a, b := signing.NewNotationCA(t), signing.NewNotationCA(t)
 	id := func(ca []byte, policy []byte) string {
 		v, err := signature.New(notationSpec(), map[string][]byte{"ca.crt": ca, signature.TrustPolicyKey: policy})
 		if err != nil {
@@ -189,27 +190,27 @@ func TestNotationID(t *testing.T) {
 		}
 		return v.ID()
 	}
-	base := id(a.CertPEM, testenv.NotationTrustPolicy("r.example/app"))
-	if again := id(a.CertPEM, testenv.NotationTrustPolicy("r.example/app")); again != base {
+	base := id(a.CertPEM, signing.NotationTrustPolicy("r.example/app"))
+	if again := id(a.CertPEM, signing.NotationTrustPolicy("r.example/app")); again != base {
 		t.Errorf("the same Secret gave IDs %s and %s", base, again)
 	}
-	if other := id(b.CertPEM, testenv.NotationTrustPolicy("r.example/app")); other == base {
+	if other := id(b.CertPEM, signing.NotationTrustPolicy("r.example/app")); other == base {
 		t.Error("another trust store kept the ID")
 	}
-	if other := id(a.CertPEM, testenv.NotationTrustPolicy("r.example/other")); other == base {
+	if other := id(a.CertPEM, signing.NotationTrustPolicy("r.example/other")); other == base {
 		t.Error("another trust policy kept the ID")
 	}
-	if both := id(append(append([]byte{}, a.CertPEM...), b.CertPEM...), testenv.NotationTrustPolicy("r.example/app")); both == base {
+	if both := id(append(append([]byte{}, a.CertPEM...), b.CertPEM...), signing.NotationTrustPolicy("r.example/app")); both == base {
 		t.Error("a trust store with one more certificate kept the ID")
 	}
-	if v, _ := signature.New(cosignSpec(), map[string][]byte{"cosign.pub": testenv.NewCosignKey(t).PublicPEM}); v.ID() == base {
+	if v, _ := signature.New(cosignSpec(), map[string][]byte{"cosign.pub": signing.NewCosignKey(t).PublicPEM}); v.ID() == base {
 		t.Error("a cosign verifier has the ID of a Notation one")
 	}
 }
 
 func TestNewNotationRefuses(t *testing.T) {
-	ca := testenv.NewNotationCA(t)
-	policy := testenv.NotationTrustPolicy("r.example/app")
+	ca := signing.NewNotationCA(t)
+	policy := signing.NotationTrustPolicy("r.example/app")
 	const secretB64 = "c2VjcmV0LWtleS1tYXRlcmlhbA=="
 	privateKey := []byte("-----BEGIN EC PRIVATE KEY-----\n" + secretB64 + "\n-----END EC PRIVATE KEY-----\n")
 	garbledCert := []byte("-----BEGIN CERTIFICATE-----\n" + secretB64 + "\n-----END CERTIFICATE-----\n")

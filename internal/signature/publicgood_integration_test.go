@@ -17,6 +17,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/signature"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/signing"
 )
 
 // publicGoodSpec is a keyless spec.verify without a secretRef, as for the public-good Sigstore.
@@ -28,7 +29,7 @@ var ciIdentity = v1.OIDCIdentityMatch{Issuer: "^" + ciIssuer + "$", Subject: "^h
 
 // tufFromEnv points the policy function's environment at repo, with a cache directory of its
 // own, and returns the TUFRoot that environment gives, as the policy function makes it.
-func tufFromEnv(t *testing.T, repo *testenv.TUFRepository, cache string) *signature.TUFRoot {
+func tufFromEnv(t *testing.T, repo *signing.TUFRepository, cache string) *signature.TUFRoot {
 	t.Helper()
 	rootFile := filepath.Join(t.TempDir(), "root.json")
 	if err := os.WriteFile(rootFile, repo.RootJSON(), 0o600); err != nil {
@@ -67,17 +68,17 @@ func (c *clock) advance(d time.Duration) {
 // identity is checked as with a Secret's root, the root is fetched once per process and
 // validity, and a new process finds it in the disk cache.
 func TestIntegrationVerifyPublicGood(t *testing.T) {
-	sigstore := testenv.NewSigstore(t)
-	repo := testenv.NewTUFRepository(t, map[string][]byte{"trusted_root.json": sigstore.TrustedRootWithoutCTJSON(t)})
+	sigstore := signing.NewSigstore(t)
+	repo := signing.NewTUFRepository(t, map[string][]byte{"trusted_root.json": sigstore.TrustedRootWithoutCTJSON(t)})
 	cache := t.TempDir()
 	tr := tufFromEnv(t, repo, cache)
 	reg := testenv.NewRegistry(t)
 	good := reg.Push(t, "app", "1.0.0")
-	reg.SignKeyless(t, "app", good, sigstore.Identity(ciSubject, ciIssuer))
+	signing.Keyless(t, signing.In(reg, "app", good), sigstore.Identity(ciSubject, ciIssuer))
 	fork := reg.Push(t, "app", "1.1.0")
-	reg.SignKeyless(t, "app", fork, sigstore.Identity("https://github.com/fork/app/.github/workflows/release.yaml@refs/heads/main", ciIssuer))
+	signing.Keyless(t, signing.In(reg, "app", fork), sigstore.Identity("https://github.com/fork/app/.github/workflows/release.yaml@refs/heads/main", ciIssuer))
 	other := reg.Push(t, "app", "1.2.0")
-	reg.SignKeyless(t, "app", other, testenv.NewSigstore(t).Identity(ciSubject, ciIssuer))
+	signing.Keyless(t, signing.In(reg, "app", other), signing.NewSigstore(t).Identity(ciSubject, ciIssuer))
 	repoRef, _ := name.NewRepository(reg.Image("app"), name.Insecure)
 
 	if n := len(repo.Requests()); n != 0 {
@@ -145,7 +146,7 @@ func TestIntegrationVerifyPublicGood(t *testing.T) {
 }
 
 // trustedRootOf returns the trusted_root.json that repo serves, read as a client does.
-func trustedRootOf(t *testing.T, repo *testenv.TUFRepository) []byte {
+func trustedRootOf(t *testing.T, repo *signing.TUFRepository) []byte {
 	t.Helper()
 	return repo.Target(t, "trusted_root.json")
 }
@@ -154,11 +155,11 @@ func trustedRootOf(t *testing.T, repo *testenv.TUFRepository) []byte {
 // transparency log, as the public-good one does: a certificate without a signed certificate
 // timestamp, as the test Sigstore issues them, does not verify.
 func TestIntegrationVerifyPublicGoodRequiresSCT(t *testing.T) {
-	sigstore := testenv.NewSigstore(t)
-	repo := testenv.NewTUFRepository(t, map[string][]byte{"trusted_root.json": sigstore.TrustedRootJSON(t)})
+	sigstore := signing.NewSigstore(t)
+	repo := signing.NewTUFRepository(t, map[string][]byte{"trusted_root.json": sigstore.TrustedRootJSON(t)})
 	reg := testenv.NewRegistry(t)
 	d := reg.Push(t, "app", "1.0.0")
-	reg.SignKeyless(t, "app", d, sigstore.Identity(ciSubject, ciIssuer))
+	signing.Keyless(t, signing.In(reg, "app", d), sigstore.Identity(ciSubject, ciIssuer))
 	v, err := signature.New(publicGoodSpec(ciIdentity), nil, signature.WithTUFRoot(tufFromEnv(t, repo, t.TempDir())))
 	if err != nil {
 		t.Fatal(err)
@@ -185,8 +186,8 @@ func TestIntegrationVerifyPublicGoodRequiresSCT(t *testing.T) {
 // the one fetched, nothing is asked; past it, the new root is fetched and the ID changes, so
 // that remembered verdicts are not reused.
 func TestIntegrationVerifyPublicGoodRotation(t *testing.T) {
-	sigstore := testenv.NewSigstore(t)
-	repo := testenv.NewTUFRepository(t, map[string][]byte{"trusted_root.json": sigstore.TrustedRootWithoutCTJSON(t)})
+	sigstore := signing.NewSigstore(t)
+	repo := signing.NewTUFRepository(t, map[string][]byte{"trusted_root.json": sigstore.TrustedRootWithoutCTJSON(t)})
 	// Memory only: no disk cache.
 	tr := tufFromEnv(t, repo, "")
 	c := &clock{now: time.Now()}
@@ -197,7 +198,7 @@ func TestIntegrationVerifyPublicGoodRotation(t *testing.T) {
 	}
 	fetched := len(repo.Requests())
 
-	next := testenv.NewSigstore(t)
+	next := signing.NewSigstore(t)
 	repo.SetTarget(t, "trusted_root.json", next.TrustedRootWithoutCTJSON(t))
 	c.advance(23 * time.Hour)
 	same, err := signature.New(publicGoodSpec(ciIdentity), nil, signature.WithTUFRoot(tr))
@@ -219,8 +220,8 @@ func TestIntegrationVerifyPublicGoodRotation(t *testing.T) {
 	// The new root verifies what the new deployment signs, not what the old one did.
 	reg := testenv.NewRegistry(t)
 	byNew, byOld := reg.Push(t, "app", "2.0.0"), reg.Push(t, "app", "1.0.0")
-	reg.SignKeyless(t, "app", byNew, next.Identity(ciSubject, ciIssuer))
-	reg.SignKeyless(t, "app", byOld, sigstore.Identity(ciSubject, ciIssuer))
+	signing.Keyless(t, signing.In(reg, "app", byNew), next.Identity(ciSubject, ciIssuer))
+	signing.Keyless(t, signing.In(reg, "app", byOld), sigstore.Identity(ciSubject, ciIssuer))
 	repoRef, _ := name.NewRepository(reg.Image("app"), name.Insecure)
 	if ok, reason, err := rotated.Verify(context.Background(), repoRef, byNew); !ok || err != nil {
 		t.Errorf("Verify(signed under the new root) = %v, %q, %v", ok, reason, err)
@@ -234,26 +235,26 @@ func TestIntegrationVerifyPublicGoodRotation(t *testing.T) {
 // repository can fail: New gives a *TUFError that names the repository, never a verifier, so
 // that there is no verdict; and it waits before it asks again.
 func TestIntegrationVerifyPublicGoodUnavailable(t *testing.T) {
-	sigstore := testenv.NewSigstore(t)
+	sigstore := signing.NewSigstore(t)
 	closed := httptest.NewServer(nil)
 	closed.Close()
 	tests := []struct {
 		name    string
-		breakIt func(t *testing.T, repo *testenv.TUFRepository)
+		breakIt func(t *testing.T, repo *signing.TUFRepository)
 		url     string
 		mention string
 	}{
-		{"the repository answers 503", func(t *testing.T, repo *testenv.TUFRepository) { repo.SetDown(true) }, "", "503"},
+		{"the repository answers 503", func(t *testing.T, repo *signing.TUFRepository) { repo.SetDown(true) }, "", "503"},
 		{"nothing listens", nil, closed.URL, "connection refused"},
-		{"the timestamp is signed with another key", func(t *testing.T, repo *testenv.TUFRepository) { repo.SignTimestampWithOtherKey(t) },
+		{"the timestamp is signed with another key", func(t *testing.T, repo *signing.TUFRepository) { repo.SignTimestampWithOtherKey(t) },
 			"", "timestamp"},
-		{"the trusted root is not the one its metadata names", func(t *testing.T, repo *testenv.TUFRepository) {
-			repo.TamperTarget(t, "trusted_root.json", testenv.NewSigstore(t).TrustedRootWithoutCTJSON(t))
+		{"the trusted root is not the one its metadata names", func(t *testing.T, repo *signing.TUFRepository) {
+			repo.TamperTarget(t, "trusted_root.json", signing.NewSigstore(t).TrustedRootWithoutCTJSON(t))
 		}, "", "trusted_root.json"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			repo := testenv.NewTUFRepository(t, map[string][]byte{"trusted_root.json": sigstore.TrustedRootWithoutCTJSON(t)})
+			repo := signing.NewTUFRepository(t, map[string][]byte{"trusted_root.json": sigstore.TrustedRootWithoutCTJSON(t)})
 			if tt.breakIt != nil {
 				tt.breakIt(t, repo)
 			}
@@ -292,7 +293,7 @@ func TestIntegrationVerifyPublicGoodUnavailable(t *testing.T) {
 	}
 
 	// A repository back up is asked again after a while.
-	repo := testenv.NewTUFRepository(t, map[string][]byte{"trusted_root.json": sigstore.TrustedRootWithoutCTJSON(t)})
+	repo := signing.NewTUFRepository(t, map[string][]byte{"trusted_root.json": sigstore.TrustedRootWithoutCTJSON(t)})
 	repo.SetDown(true)
 	tr := tufFromEnv(t, repo, t.TempDir())
 	c := &clock{now: time.Now()}
@@ -310,7 +311,7 @@ func TestIntegrationVerifyPublicGoodUnavailable(t *testing.T) {
 // TestNewPublicGoodRefuses checks what is refused before any request: a spec without an
 // identity, and a process without a TUFRoot.
 func TestNewPublicGoodRefuses(t *testing.T) {
-	repo := testenv.NewTUFRepository(t, map[string][]byte{"trusted_root.json": testenv.NewSigstore(t).TrustedRootWithoutCTJSON(t)})
+	repo := signing.NewTUFRepository(t, map[string][]byte{"trusted_root.json": signing.NewSigstore(t).TrustedRootWithoutCTJSON(t)})
 	tr := tufFromEnv(t, repo, t.TempDir())
 	if _, err := signature.New(publicGoodSpec(), nil, signature.WithTUFRoot(tr)); err == nil || !strings.Contains(err.Error(), "at least one matchOIDCIdentity") {
 		t.Errorf("New() without an identity: %v", err)
@@ -384,7 +385,7 @@ func TestIntegrationVerifyPublicGoodBoundsReads(t *testing.T) {
 		}
 	}))
 	defer endless.Close()
-	repo := testenv.NewTUFRepository(t, map[string][]byte{"trusted_root.json": testenv.NewSigstore(t).TrustedRootWithoutCTJSON(t)})
+	repo := signing.NewTUFRepository(t, map[string][]byte{"trusted_root.json": signing.NewSigstore(t).TrustedRootWithoutCTJSON(t)})
 	tufFromEnv(t, repo, t.TempDir())
 	t.Setenv(signature.EnvTUFURL, endless.URL)
 	tr, err := signature.TUFFromEnv()

@@ -11,13 +11,14 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/signature"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/signing"
 )
 
 func cosignSpec() *v1.OCIRepositoryVerification {
 	return &v1.OCIRepositoryVerification{Provider: "cosign", SecretRef: &v1.LocalObjectReference{Name: "cosign-keys"}}
 }
 
-func newVerifier(t *testing.T, keys ...*testenv.CosignKey) *signature.Verifier {
+func newVerifier(t *testing.T, keys ...*signing.CosignKey) *signature.Verifier {
 	t.Helper()
 	data := map[string][]byte{}
 	for i, k := range keys {
@@ -34,8 +35,8 @@ func newVerifier(t *testing.T, keys ...*testenv.CosignKey) *signature.Verifier {
 // checks each verdict, on a registry with the referrers API and on one with only the referrers
 // tag schema.
 func TestIntegrationVerify(t *testing.T) {
-	trusted, other := testenv.NewCosignKey(t), testenv.NewCosignKey(t)
-	type signer func(r *testenv.Registry, repo, digest string, key *testenv.CosignKey, opts ...testenv.SignOption)
+	trusted, other := signing.NewCosignKey(t), signing.NewCosignKey(t)
+	type signer func(r *testenv.Registry, repo, digest string, key *signing.CosignKey, opts ...signing.Option)
 	tests := []struct {
 		name string
 		// sign signs the image (digest) and may use other, another image's digest.
@@ -44,34 +45,42 @@ func TestIntegrationVerify(t *testing.T) {
 		reason string
 	}{
 		{"unsigned", func(*testing.T, *testenv.Registry, string, string) {}, false, "not signed"},
-		{"legacy .sig, trusted key", func(t *testing.T, r *testenv.Registry, d, _ string) { r.SignLegacy(t, "app", d, trusted) }, true, ""},
-		{"legacy .sig, another key", func(t *testing.T, r *testenv.Registry, d, _ string) { r.SignLegacy(t, "app", d, other) }, false,
+		{"legacy .sig, trusted key", func(t *testing.T, r *testenv.Registry, d, _ string) {
+			signing.Legacy(t, signing.In(r, "app", d), trusted)
+		}, true, ""},
+		{"legacy .sig, another key", func(t *testing.T, r *testenv.Registry, d, _ string) {
+			signing.Legacy(t, signing.In(r, "app", d), other)
+		}, false,
 			"no signature verifies with the trusted keys"},
 		{"legacy .sig, another key then the trusted one", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignLegacy(t, "app", d, other)
-			r.SignLegacy(t, "app", d, trusted)
+			signing.Legacy(t, signing.In(r, "app", d), other)
+			signing.Legacy(t, signing.In(r, "app", d), trusted)
 		}, true, ""},
 		{"legacy .sig over another digest", func(t *testing.T, r *testenv.Registry, d, o string) {
-			r.SignLegacy(t, "app", d, trusted, testenv.SignOver(o))
+			signing.Legacy(t, signing.In(r, "app", d), trusted, signing.Over(o))
 		}, false, "the signature is over another digest, " + "sha256:"},
 		{"legacy .sig, tampered", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignLegacy(t, "app", d, trusted, testenv.SignTampered())
+			signing.Legacy(t, signing.In(r, "app", d), trusted, signing.Tampered())
 		}, false, "no signature verifies with the trusted keys"},
-		{"bundle referrer, trusted key", func(t *testing.T, r *testenv.Registry, d, _ string) { r.SignBundle(t, "app", d, trusted) }, true, ""},
-		{"bundle referrer, another key", func(t *testing.T, r *testenv.Registry, d, _ string) { r.SignBundle(t, "app", d, other) }, false,
+		{"bundle referrer, trusted key", func(t *testing.T, r *testenv.Registry, d, _ string) {
+			signing.Bundle(t, signing.In(r, "app", d), trusted)
+		}, true, ""},
+		{"bundle referrer, another key", func(t *testing.T, r *testenv.Registry, d, _ string) {
+			signing.Bundle(t, signing.In(r, "app", d), other)
+		}, false,
 			"no signature bundle verifies with the trusted keys"},
 		{"bundle referrer over another digest", func(t *testing.T, r *testenv.Registry, d, o string) {
-			r.SignBundle(t, "app", d, trusted, testenv.SignOver(o))
+			signing.Bundle(t, signing.In(r, "app", d), trusted, signing.Over(o))
 		}, false, "the signature bundle is over another digest"},
 		{"bundle referrer, tampered", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignBundle(t, "app", d, trusted, testenv.SignTampered())
+			signing.Bundle(t, signing.In(r, "app", d), trusted, signing.Tampered())
 		}, false, "no signature bundle verifies with the trusted keys"},
 		{"bundle referrer that is an attestation", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignBundle(t, "app", d, trusted, testenv.SignPredicate("https://slsa.dev/provenance/v1"))
+			signing.Bundle(t, signing.In(r, "app", d), trusted, signing.Predicate("https://slsa.dev/provenance/v1"))
 		}, false, `predicate type "https://slsa.dev/provenance/v1"`},
 		{"both formats, only the bundle trusted", func(t *testing.T, r *testenv.Registry, d, _ string) {
-			r.SignLegacy(t, "app", d, other)
-			r.SignBundle(t, "app", d, trusted)
+			signing.Legacy(t, signing.In(r, "app", d), other)
+			signing.Bundle(t, signing.In(r, "app", d), trusted)
 		}, true, ""},
 	}
 	for _, mode := range []struct {
@@ -107,10 +116,10 @@ func TestIntegrationVerify(t *testing.T) {
 }
 
 func TestIntegrationVerifyAnyOfSeveralKeys(t *testing.T) {
-	a, b := testenv.NewCosignKey(t), testenv.NewCosignKey(t)
+	a, b := signing.NewCosignKey(t), signing.NewCosignKey(t)
 	reg := testenv.NewRegistry(t)
 	digest := reg.Push(t, "app", "1.0.0")
-	reg.SignBundle(t, "app", digest, b)
+	signing.Bundle(t, signing.In(reg, "app", digest), b)
 	repo, _ := name.NewRepository(reg.Image("app"), name.Insecure)
 	if ok, reason, err := newVerifier(t, a, b).Verify(context.Background(), repo, digest); !ok || err != nil {
 		t.Fatalf("Verify() = %v, %q, %v; want true", ok, reason, err)
@@ -122,14 +131,14 @@ func TestIntegrationVerifyRegistryErrorIsNoVerdict(t *testing.T) {
 	digest := reg.Push(t, "app", "1.0.0")
 	reg.Inject(testenv.RegistryUnauthorized().On(".sig"), testenv.RegistryUnauthorized().On(".sig"))
 	repo, _ := name.NewRepository(reg.Image("app"), name.Insecure)
-	_, _, err := newVerifier(t, testenv.NewCosignKey(t)).Verify(context.Background(), repo, digest)
+	_, _, err := newVerifier(t, signing.NewCosignKey(t)).Verify(context.Background(), repo, digest)
 	if err == nil {
 		t.Fatal("Verify() with a failing registry gave a verdict")
 	}
 }
 
 func TestNewRefuses(t *testing.T) {
-	key := testenv.NewCosignKey(t)
+	key := signing.NewCosignKey(t)
 	tests := []struct {
 		name    string
 		spec    *v1.OCIRepositoryVerification

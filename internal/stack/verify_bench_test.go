@@ -9,6 +9,7 @@ import (
 
 	"github.com/imagereflector/reflector/internal/stack"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/signing"
 )
 
 // plainPolicy is an ImagePolicy without spec.verify over the repository of verifiedManifests.
@@ -64,7 +65,7 @@ type verifyBench struct {
 	s       *stack.Stack
 	counter *requestCounter
 	image   string
-	key     *testenv.CosignKey
+	key     *signing.CosignKey
 	form    string
 	pushed  int
 }
@@ -76,7 +77,7 @@ func newVerifyBench(b *testing.B, form, limit string) *verifyBench {
 	env := []string{registryRate(limit)}
 	s, counter, host := startCounted(b, env, env)
 	vb := &verifyBench{s: s, counter: counter, image: host + "/bench/signed",
-		key: testenv.NewCosignKey(b), form: form}
+		key: signing.NewCosignKey(b), form: form}
 	// As many tags as BenchmarkPushToLatest's smaller repository, the seed selected by neither
 	// policy.
 	if err := pushTags(ctx, vb.image, testenv.RegistryTags("seed-", 99)); err != nil {
@@ -105,10 +106,10 @@ func (vb *verifyBench) push(b *testing.B, tag string) string {
 func (vb *verifyBench) sign(b *testing.B, digest string) {
 	b.Helper()
 	if vb.form == "legacy" {
-		testenv.SignLegacy(b, vb.image, digest, vb.key)
+		signing.Legacy(b, signing.At(vb.image, digest), vb.key)
 		return
 	}
-	testenv.SignBundle(b, vb.image, digest, vb.key)
+	signing.Bundle(b, signing.At(vb.image, digest), vb.key)
 }
 
 func (vb *verifyBench) run(b *testing.B) {

@@ -12,6 +12,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/stack"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/signing"
 )
 
 const verifiedManifests = `apiVersion: v1
@@ -57,7 +58,7 @@ spec:
 func TestVerifiedPushIntegration(t *testing.T) {
 	ctx := context.Background()
 	s := start(t, stack.Options{CronEvery: time.Hour})
-	key := testenv.NewCosignKey(t)
+	key := signing.NewCosignKey(t)
 	image := s.Registry + "/verified/app"
 	indented := "    " + strings.ReplaceAll(strings.TrimSpace(string(key.PublicPEM)), "\n", "\n    ")
 	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(verifiedManifests, image, indented))); err != nil {
@@ -68,7 +69,7 @@ func TestVerifiedPushIntegration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.SignBundle(t, image, d100, key)
+	signing.Bundle(t, signing.At(image, d100), key)
 	waitLatest(t, s, "signed", "1.0.0")
 
 	d110, err := stack.Push(image + ":1.1.0")
@@ -91,7 +92,7 @@ func TestVerifiedPushIntegration(t *testing.T) {
 	})
 
 	signed := time.Now()
-	testenv.SignBundle(t, image, d110, key)
+	signing.Bundle(t, signing.At(image, d110), key)
 	waitLatest(t, s, "signed", "1.1.0")
 	t.Logf("signature of 1.1.0 to latestRef: %v", time.Since(signed).Round(time.Millisecond))
 }
@@ -205,10 +206,10 @@ spec:
 func TestVerifiedPushNotationIntegration(t *testing.T) {
 	ctx := context.Background()
 	s := start(t, stack.Options{CronEvery: time.Hour})
-	ca := testenv.NewNotationCA(t)
+	ca := signing.NewNotationCA(t)
 	image := s.Registry + "/notation/app"
 	indented := "    " + strings.ReplaceAll(strings.TrimSpace(string(ca.CertPEM)), "\n", "\n    ")
-	manifests := fmt.Sprintf(notationManifests, image, testenv.NotationTrustPolicy(image), indented)
+	manifests := fmt.Sprintf(notationManifests, image, signing.NotationTrustPolicy(image), indented)
 	if _, err := s.Env.Apply(ctx, "default", []byte(manifests)); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +218,7 @@ func TestVerifiedPushNotationIntegration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.SignNotation(t, image, d100, ca)
+	signing.Notation(t, signing.At(image, d100), ca)
 	waitLatest(t, s, "notation", "1.0.0")
 
 	d110, err := stack.Push(image + ":1.1.0")
@@ -235,6 +236,6 @@ func TestVerifiedPushNotationIntegration(t *testing.T) {
 		}
 		return nil
 	})
-	testenv.SignNotation(t, image, d110, ca)
+	signing.Notation(t, signing.At(image, d110), ca)
 	waitLatest(t, s, "notation", "1.1.0")
 }

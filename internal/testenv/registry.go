@@ -25,6 +25,7 @@ import (
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // Registry is an in-process OCI registry (go-containerregistry's pkg/registry) served on
@@ -574,3 +575,30 @@ func (d registryDirect) RoundTrip(req *http.Request) (*http.Response, error) {
 	out.Request = req
 	return out, nil
 }
+
+// Transport reaches the registry in-process, without its listener, as the registry's own
+// pushes do.
+func (r *Registry) Transport() http.RoundTripper { return registryDirect{r.pages} }
+
+// ImageDigest returns the manifest digest that repo:tag points to.
+func (r *Registry) ImageDigest(t testing.TB, repo, tag string) string {
+	t.Helper()
+	ref, err := name.NewTag(fmt.Sprintf("%s/%s:%s", r.Host(), repo, tag), name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := remote.Head(ref, remote.WithTransport(registryDirect{r.pages}))
+	if err != nil {
+		t.Fatalf("HEAD %s: %v", ref, err)
+	}
+	return d.Digest.String()
+}
+
+// rawManifest is a manifest to push as it is.
+type rawManifest struct {
+	raw       []byte
+	mediaType types.MediaType
+}
+
+func (m rawManifest) RawManifest() ([]byte, error)        { return m.raw, nil }
+func (m rawManifest) MediaType() (types.MediaType, error) { return m.mediaType, nil }

@@ -1,15 +1,13 @@
-package testenv
+package signing
 
 import (
 	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -55,8 +53,8 @@ func NewCosignKey(t testing.TB) *CosignKey {
 	return &CosignKey{kp: kp, PublicPEM: []byte(pub)}
 }
 
-// SignOption changes how a signature is made, to make the signatures a verifier must refuse.
-type SignOption func(*signConfig)
+// Option changes how a signature is made, to make the signatures a verifier must refuse.
+type Option func(*signConfig)
 
 type signConfig struct {
 	over     string
@@ -65,57 +63,30 @@ type signConfig struct {
 	predType string
 }
 
-// SignOver makes the signed payload name digest instead of the image's: a valid signature of
+// Over makes the signed payload name digest instead of the image's: a valid signature of
 // another image, copied beside this one.
-func SignOver(digest string) SignOption { return func(c *signConfig) { c.over = digest } }
+func Over(digest string) Option { return func(c *signConfig) { c.over = digest } }
 
-// SignTampered changes the signed payload after signing, as an attacker editing it would.
-func SignTampered() SignOption { return func(c *signConfig) { c.tamper = true } }
+// Tampered changes the signed payload after signing, as an attacker editing it would.
+func Tampered() Option { return func(c *signConfig) { c.tamper = true } }
 
-// SignPredicate makes the bundle's statement of another predicate type: an attestation, not a
+// Predicate makes the bundle's statement of another predicate type: an attestation, not a
 // signature.
-func SignPredicate(predicateType string) SignOption {
+func Predicate(predicateType string) Option {
 	return func(c *signConfig) { c.predType = predicateType }
 }
 
-// SignLegacy signs the image digest of repo with key as `cosign sign --key --tlog-upload=false`
+// Legacy signs the image digest of m with key as `cosign sign --key --tlog-upload=false`
 // writes a signature without the new bundle format: a simple-signing payload, one layer of the
 // manifest tagged sha256-<hex>.sig, with the base64 signature in the layer's
 // dev.cosignproject.cosign/signature annotation. A second signature of the same digest is one
 // more layer on the same tag, as cosign appends it.
-func (r *Registry) SignLegacy(t testing.TB, repo, digest string, key *CosignKey, opts ...SignOption) {
+func Legacy(t testing.TB, m Manifest, key *CosignKey, opts ...Option) {
 	t.Helper()
-	signLegacy(t, signTarget{r.repository(t, repo), digest, remote.WithTransport(registryDirect{r.pages})}, key, opts...)
+	signLegacy(t, m.target(t), key, opts...)
 }
 
-// SignLegacy signs as Registry.SignLegacy does, in the registry of image (host/path, reached
-// over plain HTTP), such as docker-registry.
-func SignLegacy(t testing.TB, image, digest string, key *CosignKey, opts ...SignOption) {
-	t.Helper()
-	repo, err := name.NewRepository(image, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signLegacy(t, signTarget{repo, digest, remote.WithTransport(remote.DefaultTransport)}, key, opts...)
-}
-
-// signTarget is an image to sign: the manifest digest in repo, reached with direct.
-type signTarget struct {
-	repo   name.Repository
-	digest string
-	direct remote.Option
-}
-
-func (r *Registry) repository(t testing.TB, repo string) name.Repository {
-	t.Helper()
-	out, err := name.NewRepository(r.Host()+"/"+repo, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func signLegacy(t testing.TB, at signTarget, key *CosignKey, opts ...SignOption) {
+func signLegacy(t testing.TB, at signTarget, key *CosignKey, opts ...Option) {
 	t.Helper()
 	repo, digest, direct := at.repo, at.digest, at.direct
 	c := signConfig{over: digest}
@@ -159,28 +130,17 @@ func signLegacy(t testing.TB, at signTarget, key *CosignKey, opts ...SignOption)
 	}
 }
 
-// SignBundle signs the image digest of repo with key as cosign v3 does by default: a Sigstore
+// Bundle signs the image digest of m with key as cosign v3 does by default: a Sigstore
 // bundle (v0.3) whose DSSE envelope holds an in-toto statement of predicate type
 // https://sigstore.dev/cosign/sign/v1 about the digest, attached as an OCI 1.1 referrer of the
 // image (artifactType application/vnd.dev.sigstore.bundle.v0.3+json). On a registry without
 // the referrers API, go-containerregistry updates the referrers tag schema's index instead.
-func (r *Registry) SignBundle(t testing.TB, repo, digest string, key *CosignKey, opts ...SignOption) {
+func Bundle(t testing.TB, m Manifest, key *CosignKey, opts ...Option) {
 	t.Helper()
-	signBundle(t, signTarget{r.repository(t, repo), digest, remote.WithTransport(registryDirect{r.pages})}, key, opts...)
+	signBundle(t, m.target(t), key, opts...)
 }
 
-// SignBundle signs as Registry.SignBundle does, in the registry of image (host/path, reached
-// over plain HTTP), such as docker-registry, which has no referrers API.
-func SignBundle(t testing.TB, image, digest string, key *CosignKey, opts ...SignOption) {
-	t.Helper()
-	repo, err := name.NewRepository(image, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signBundle(t, signTarget{repo, digest, remote.WithTransport(remote.DefaultTransport)}, key, opts...)
-}
-
-func signBundle(t testing.TB, at signTarget, key *CosignKey, opts ...SignOption) {
+func signBundle(t testing.TB, at signTarget, key *CosignKey, opts ...Option) {
 	t.Helper()
 	repo, digest := at.repo, at.digest
 	c := signConfig{over: digest, predType: cosignSignPredicate}
@@ -256,17 +216,3 @@ type rawManifest struct {
 
 func (m rawManifest) RawManifest() ([]byte, error)        { return m.raw, nil }
 func (m rawManifest) MediaType() (types.MediaType, error) { return m.mediaType, nil }
-
-// ImageDigest returns the manifest digest that repo:tag points to.
-func (r *Registry) ImageDigest(t testing.TB, repo, tag string) string {
-	t.Helper()
-	ref, err := name.NewTag(fmt.Sprintf("%s/%s:%s", r.Host(), repo, tag), name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := remote.Head(ref, remote.WithTransport(registryDirect{r.pages}))
-	if err != nil {
-		t.Fatalf("HEAD %s: %v", ref, err)
-	}
-	return d.Digest.String()
-}

@@ -1,4 +1,4 @@
-package testenv
+package signing
 
 import (
 	"bytes"
@@ -140,23 +140,16 @@ func NotationTrustPolicy(scopes ...string) []byte {
 	return b
 }
 
-// SignNotation signs the image digest of repo with a leaf certificate of ca as `notation sign`
+// Notation signs the image digest of m with a leaf certificate of ca as `notation sign`
 // does: notation-go signs the manifest's descriptor in a JWS envelope and pushes it, through
 // oras-go, as an OCI 1.1 referrer of the image (config media type
 // application/vnd.cncf.notary.signature, one layer holding the envelope), or, on a registry
-// without the referrers API, under the referrers tag schema. SignOver signs another image's
-// descriptor, SignTampered edits the envelope's payload after signing, and SignExpired signs
-// with a certificate that has expired by the time SignNotation returns.
-func (r *Registry) SignNotation(t testing.TB, repo, digest string, ca *NotationCA, opts ...SignOption) {
+// without the referrers API, under the referrers tag schema. Over signs another image's
+// descriptor, Tampered edits the envelope's payload after signing, and Expired signs
+// with a certificate that has expired by the time Notation returns.
+func Notation(t testing.TB, m Manifest, ca *NotationCA, opts ...Option) {
 	t.Helper()
-	signNotation(t, notationTarget{r.Host() + "/" + repo, digest, &http.Client{Transport: registryDirect{r.pages}}}, ca, opts...)
-}
-
-// SignNotation signs as Registry.SignNotation does, in the registry of image (host/path, reached
-// over plain HTTP), such as docker-registry, which has no referrers API.
-func SignNotation(t testing.TB, image, digest string, ca *NotationCA, opts ...SignOption) {
-	t.Helper()
-	signNotation(t, notationTarget{image, digest, &http.Client{Transport: remote.DefaultTransport}}, ca, opts...)
+	signNotation(t, notationTarget{m.Image, m.Digest, &http.Client{Transport: m.transport()}}, ca, opts...)
 }
 
 // notationTarget is an image to sign with Notation: the manifest digest dgst of image
@@ -166,7 +159,7 @@ type notationTarget struct {
 	client      *http.Client
 }
 
-func signNotation(t testing.TB, at notationTarget, ca *NotationCA, opts ...SignOption) {
+func signNotation(t testing.TB, at notationTarget, ca *NotationCA, opts ...Option) {
 	t.Helper()
 	image, dgst, client := at.image, at.dgst, at.client
 	c := signConfig{over: dgst}

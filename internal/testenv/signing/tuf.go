@@ -1,4 +1,4 @@
-package testenv
+package signing
 
 import (
 	"crypto/ed25519"

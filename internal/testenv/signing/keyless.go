@@ -1,4 +1,4 @@
-package testenv
+package signing
 
 import (
 	"encoding/base64"
@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	protobundle "github.com/sigstore/protobuf-specs/gen/pb-go/bundle/v1"
 	protocommon "github.com/sigstore/protobuf-specs/gen/pb-go/common/v1"
@@ -81,13 +80,13 @@ func rawLogIDs(t testing.TB, logs map[string]*root.TransparencyLog) map[string]*
 	return logs
 }
 
-// SignKeyless signs the image digest of repo as cosign v3 signs keyless: a certificate from the
+// Keyless signs the image digest of m as cosign v3 signs keyless: a certificate from the
 // deployment's Fulcio for the OIDC identity subject of issuer, the signed statement of
-// SignBundle, its Rekor entry with an inclusion proof, attached as an OCI 1.1 referrer.
-// SignOver and SignPredicate apply; SignExpired signs after the certificate expired.
-func (r *Registry) SignKeyless(t testing.TB, repo, digest string, id KeylessIdentity, opts ...SignOption) {
+// Bundle, its Rekor entry with an inclusion proof, attached as an OCI 1.1 referrer.
+// Over and Predicate apply; Expired signs after the certificate expired.
+func Keyless(t testing.TB, m Manifest, id KeylessIdentity, opts ...Option) {
 	t.Helper()
-	signKeyless(t, signTarget{r.repository(t, repo), digest, remote.WithTransport(registryDirect{r.pages})}, id, opts...)
+	signKeyless(t, m.target(t), id, opts...)
 }
 
 // KeylessIdentity is an OIDC identity, subject of issuer, that a Sigstore deployment's Fulcio
@@ -102,11 +101,11 @@ func (s *Sigstore) Identity(subject, issuer string) KeylessIdentity {
 	return KeylessIdentity{sigstore: s, subject: subject, issuer: issuer}
 }
 
-// SignExpired makes a keyless signature whose transparency log entry was integrated after the
+// Expired makes a keyless signature whose transparency log entry was integrated after the
 // signing certificate's ten minutes.
-func SignExpired() SignOption { return func(c *signConfig) { c.expired = true } }
+func Expired() Option { return func(c *signConfig) { c.expired = true } }
 
-func signKeyless(t testing.TB, at signTarget, id KeylessIdentity, opts ...SignOption) {
+func signKeyless(t testing.TB, at signTarget, id KeylessIdentity, opts ...Option) {
 	t.Helper()
 	repo, digest := at.repo, at.digest
 	s, subject, issuer := id.sigstore, id.subject, id.issuer
