@@ -2,8 +2,6 @@ package reconcile_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +13,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/reconcile"
-	"github.com/imagereflector/reflector/internal/store"
+	"github.com/imagereflector/reflector/internal/reconcile/evaltest"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
@@ -24,8 +22,8 @@ import (
 // digest.
 func (f *evalFixture) add(t testing.TB, ns, name string, tags ...string) events.TagsChanged {
 	t.Helper()
-	id := f.ids[reconcile.StoreKey(ns, name)]
-	a, err := f.writer.Add(context.Background(), reconcile.StoreKey(ns, name), id, tags)
+	id := f.IDs[reconcile.StoreKey(ns, name)]
+	a, err := f.Writer.Add(context.Background(), reconcile.StoreKey(ns, name), id, tags)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +32,7 @@ func (f *evalFixture) add(t testing.TB, ns, name string, tags ...string) events.
 	for _, tag := range a.Tags {
 		c.Delta.Added = append(c.Delta.Added, events.AddedTag{Tag: tag, Digest: digestOf(tag)})
 	}
-	key, err := f.writer.ProofKey(false)
+	key, err := f.Writer.ProofKey(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,25 +52,6 @@ func digestOf(tag string) string {
 	}, tag)
 }
 
-// storeless returns an Evaluator like f's whose tag store holds no tags, only the key of f's
-// directory: an evaluation that succeeds through it did not read the tags.
-func (f *evalFixture) storeless(t testing.TB) *reconcile.Evaluator {
-	t.Helper()
-	key, err := f.writer.ProofKey(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "reflector.key"), key, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	empty := store.New(dir, store.ReadOnly())
-	t.Cleanup(func() { empty.Close() })
-	ev := f.evaluator(t)
-	ev.Store = empty
-	return ev
-}
-
 func evaluatedRevision(p *v1.ImagePolicy) string {
 	if c := apimeta.FindStatusCondition(p.Status.Conditions, v1.TagsEvaluatedCondition); c != nil {
 		return c.Message
@@ -88,14 +67,14 @@ func TestAdvanceIntegration(t *testing.T) {
 	// setUp makes a repository of image with tags, and a policy of it evaluated from the store.
 	setUp := func(t *testing.T, name, image string, spec v1.ImagePolicySpec, tags ...string) {
 		t.Helper()
-		f.repo(t, f.ns, name, image)
-		f.put(t, f.ns, name, tags...)
-		spec.ImageRepositoryRef = refTo(name)
-		f.policy(t, f.ns, name, spec)
-		if out := f.evaluate(t, f.ns, name); out.Result != reconcile.PolicySucceeded {
+		f.Repo(t, f.NS, name, image)
+		f.Put(t, f.NS, name, tags...)
+		spec.ImageRepositoryRef = evaltest.RefTo(name)
+		f.Policy(t, f.NS, name, spec)
+		if out := f.Evaluate(t, f.NS, name); out.Result != reconcile.PolicySucceeded {
 			t.Fatalf("first evaluation: %+v", out)
 		}
-		f.cached(t, f.ns+"/"+name)
+		f.Cached(t, f.NS+"/"+name)
 	}
 
 	t.Run("advances without the store", func(t *testing.T) {
@@ -103,30 +82,30 @@ func TestAdvanceIntegration(t *testing.T) {
 		reg := testenv.NewRegistry(t)
 		reg.Push(t, "org/app", "1.0.0", "1.2.0")
 		image := reg.Image("org/app")
-		setUp(t, "advance", image, v1.ImagePolicySpec{Policy: semver(">=1.0.0"), DigestReflectionPolicy: v1.ReflectIfNotPresent},
+		setUp(t, "advance", image, v1.ImagePolicySpec{Policy: evaltest.Semver(">=1.0.0"), DigestReflectionPolicy: v1.ReflectIfNotPresent},
 			"1.0.0", "1.2.0")
-		c := f.add(t, f.ns, "advance", "1.3.0", "0.9.0")
-		outs, err := f.storeless(t).EvaluateChange(context.Background(), c)
+		c := f.add(t, f.NS, "advance", "1.3.0", "0.9.0")
+		outs, err := f.Storeless(t).EvaluateChange(context.Background(), c)
 		if err != nil || len(outs) != 1 || outs[0].Result != reconcile.PolicySucceeded {
 			t.Fatalf("EvaluateChange = %+v, %v", outs, err)
 		}
-		p := f.get(t, f.ns, "advance")
+		p := f.Get(t, f.NS, "advance")
 		want := v1.ImageRef{Name: image, Tag: "1.3.0", Digest: digestOf("1.3.0")}
 		if p.Status.LatestRef == nil || *p.Status.LatestRef != want || evaluatedRevision(p) != c.Revision {
-			t.Fatalf("latestRef %s at revision %q; want %s at %q", refString(p.Status.LatestRef), evaluatedRevision(p), want, c.Revision)
+			t.Fatalf("latestRef %s at revision %q; want %s at %q", evaltest.RefString(p.Status.LatestRef), evaluatedRevision(p), want, c.Revision)
 		}
-		checkReady(t, p, wantReady{metav1.ConditionTrue, v1.SucceededReason, "updated from 1.2.0 to 1.3.0", false})
+		evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "updated from 1.2.0 to 1.3.0", Stalled: false})
 	})
 
 	t.Run("an added tag that loses changes only the revision", func(t *testing.T) {
-		setUp(t, "loses", image, v1.ImagePolicySpec{Policy: alphabetical(v1.OrderAsc)}, "b", "c")
-		c := f.add(t, f.ns, "loses", "a")
-		if _, err := f.storeless(t).EvaluateChange(context.Background(), c); err != nil {
+		setUp(t, "loses", image, v1.ImagePolicySpec{Policy: evaltest.Alphabetical(v1.OrderAsc)}, "b", "c")
+		c := f.add(t, f.NS, "loses", "a")
+		if _, err := f.Storeless(t).EvaluateChange(context.Background(), c); err != nil {
 			t.Fatal(err)
 		}
-		p := f.get(t, f.ns, "loses")
+		p := f.Get(t, f.NS, "loses")
 		if p.Status.LatestRef.Tag != "c" || evaluatedRevision(p) != c.Revision {
-			t.Fatalf("latestRef %s at %q; want c at %q", refString(p.Status.LatestRef), evaluatedRevision(p), c.Revision)
+			t.Fatalf("latestRef %s at %q; want c at %q", evaltest.RefString(p.Status.LatestRef), evaluatedRevision(p), c.Revision)
 		}
 	})
 
@@ -152,56 +131,56 @@ func TestAdvanceIntegration(t *testing.T) {
 		}},
 		{name: "spec edited", change: func(t *testing.T, c *events.TagsChanged) {
 			name := c.Name
-			f.edit(t, f.ns, name, func(s *v1.ImagePolicySpec) { s.Policy = semver("<1.3.0") })
-			f.cached(t, f.ns+"/"+name)
+			f.Edit(t, f.NS, name, func(s *v1.ImagePolicySpec) { s.Policy = evaltest.Semver("<1.3.0") })
+			f.Cached(t, f.NS+"/"+name)
 		}},
 		{name: "reconcile requested", change: func(t *testing.T, c *events.TagsChanged) {
-			if _, err := f.kube.Policies.RequestReconcile(context.Background(), f.ns, c.Name, time.Now().Format(time.RFC3339Nano)); err != nil {
+			if _, err := f.Kube.Policies.RequestReconcile(context.Background(), f.NS, c.Name, time.Now().Format(time.RFC3339Nano)); err != nil {
 				t.Fatal(err)
 			}
-			f.cached(t, f.ns+"/"+c.Name)
+			f.Cached(t, f.NS+"/"+c.Name)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "doubt-" + strings.ReplaceAll(tc.name, " ", "-")
-			setUp(t, name, image, v1.ImagePolicySpec{Policy: semver(">=1.0.0"), DigestReflectionPolicy: v1.ReflectNever}, "1.0.0", "1.2.0")
-			c := f.add(t, f.ns, name, "1.3.0")
+			setUp(t, name, image, v1.ImagePolicySpec{Policy: evaltest.Semver(">=1.0.0"), DigestReflectionPolicy: v1.ReflectNever}, "1.0.0", "1.2.0")
+			c := f.add(t, f.NS, name, "1.3.0")
 			tc.change(t, &c)
-			outs, _ := f.storeless(t).EvaluateChange(context.Background(), c)
-			p := f.get(t, f.ns, name)
+			outs, _ := f.Storeless(t).EvaluateChange(context.Background(), c)
+			p := f.Get(t, f.NS, name)
 			if len(outs) != 1 || outs[0].Result == reconcile.PolicySucceeded || p.Status.LatestRef.Tag != "1.2.0" {
-				t.Fatalf("through a store without tags: %+v, latestRef %s; want a failure that keeps 1.2.0", outs, refString(p.Status.LatestRef))
+				t.Fatalf("through a store without tags: %+v, latestRef %s; want a failure that keeps 1.2.0", outs, evaltest.RefString(p.Status.LatestRef))
 			}
-			f.cached(t, f.ns+"/"+name)
-			if _, err := f.evaluator(t).EvaluateChange(context.Background(), c); err != nil {
+			f.Cached(t, f.NS+"/"+name)
+			if _, err := f.Evaluator(t).EvaluateChange(context.Background(), c); err != nil {
 				t.Fatal(err)
 			}
-			p = f.get(t, f.ns, name)
+			p = f.Get(t, f.NS, name)
 			want := "1.3.0"
 			if tc.name == "spec edited" {
 				want = "1.2.0"
 			}
 			if p.Status.LatestRef.Tag != want {
-				t.Fatalf("through the store: latestRef %s, want %s", refString(p.Status.LatestRef), want)
+				t.Fatalf("through the store: latestRef %s, want %s", evaltest.RefString(p.Status.LatestRef), want)
 			}
 		})
 	}
 
 	t.Run("events in the opposite order", func(t *testing.T) {
-		setUp(t, "order", image, v1.ImagePolicySpec{Policy: semver(">=1.0.0")}, "1.0.0")
-		first := f.add(t, f.ns, "order", "1.1.0")
-		second := f.add(t, f.ns, "order", "1.2.0")
+		setUp(t, "order", image, v1.ImagePolicySpec{Policy: evaltest.Semver(">=1.0.0")}, "1.0.0")
+		first := f.add(t, f.NS, "order", "1.1.0")
+		second := f.add(t, f.NS, "order", "1.2.0")
 		seen := watchLatest(t, f, "order")
-		ev := f.evaluator(t)
+		ev := f.Evaluator(t)
 		for _, c := range []events.TagsChanged{second, first, second} {
-			f.cached(t, f.ns+"/order")
+			f.Cached(t, f.NS+"/order")
 			if _, err := ev.EvaluateChange(context.Background(), c); err != nil {
 				t.Fatal(err)
 			}
 		}
-		p := f.get(t, f.ns, "order")
+		p := f.Get(t, f.NS, "order")
 		if p.Status.LatestRef.Tag != "1.2.0" || evaluatedRevision(p) != second.Revision {
-			t.Fatalf("latestRef %s at %q; want 1.2.0 at %q", refString(p.Status.LatestRef), evaluatedRevision(p), second.Revision)
+			t.Fatalf("latestRef %s at %q; want 1.2.0 at %q", evaltest.RefString(p.Status.LatestRef), evaluatedRevision(p), second.Revision)
 		}
 		for _, tag := range seen() {
 			if tag != "1.0.0" && tag != "1.2.0" {
@@ -211,34 +190,34 @@ func TestAdvanceIntegration(t *testing.T) {
 	})
 
 	t.Run("cross-namespace access withdrawn", func(t *testing.T) {
-		other := f.env.Namespace(t)
-		repo := f.repo(t, f.ns, "shared", image, func(r *v1.ImageRepository) {
+		other := f.Env.Namespace(t)
+		repo := f.Repo(t, f.NS, "shared", image, func(r *v1.ImageRepository) {
 			r.Spec.AccessFrom = &v1.AccessFrom{NamespaceSelectors: []v1.NamespaceSelector{{MatchLabels: map[string]string{}}}}
 		})
-		f.put(t, f.ns, "shared", "1.0.0")
-		spec := v1.ImagePolicySpec{Policy: semver(">=1.0.0"),
-			ImageRepositoryRef: v1.NamespacedObjectReference{Name: "shared", Namespace: f.ns}}
-		f.policy(t, other, "consumer", spec)
-		if out := f.evaluate(t, other, "consumer"); out.Result != reconcile.PolicySucceeded {
+		f.Put(t, f.NS, "shared", "1.0.0")
+		spec := v1.ImagePolicySpec{Policy: evaltest.Semver(">=1.0.0"),
+			ImageRepositoryRef: v1.NamespacedObjectReference{Name: "shared", Namespace: f.NS}}
+		f.Policy(t, other, "consumer", spec)
+		if out := f.Evaluate(t, other, "consumer"); out.Result != reconcile.PolicySucceeded {
 			t.Fatalf("first evaluation: %+v", out)
 		}
 		repo.Spec.AccessFrom = nil
-		if _, err := f.kube.Repositories.Update(context.Background(), repo); err != nil {
+		if _, err := f.Kube.Repositories.Update(context.Background(), repo); err != nil {
 			t.Fatal(err)
 		}
-		f.cached(t, other+"/consumer")
-		c := f.add(t, f.ns, "shared", "2.0.0")
-		outs, _ := f.storeless(t).EvaluateChange(context.Background(), c)
-		p := f.get(t, other, "consumer")
+		f.Cached(t, other+"/consumer")
+		c := f.add(t, f.NS, "shared", "2.0.0")
+		outs, _ := f.Storeless(t).EvaluateChange(context.Background(), c)
+		p := f.Get(t, other, "consumer")
 		if p.Status.LatestRef.Tag != "1.0.0" || len(outs) != 1 || outs[0].Reason != v1.AccessDeniedReason {
-			t.Fatalf("outcomes %+v, latestRef %s; want AccessDenied keeping 1.0.0", outs, refString(p.Status.LatestRef))
+			t.Fatalf("outcomes %+v, latestRef %s; want AccessDenied keeping 1.0.0", outs, evaltest.RefString(p.Status.LatestRef))
 		}
 	})
 }
 
 func mustKey(t testing.TB, f *evalFixture) []byte {
 	t.Helper()
-	key, err := f.writer.ProofKey(false)
+	key, err := f.Writer.ProofKey(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,8 +230,8 @@ func watchLatest(t testing.TB, f *evalFixture, name string) func() []string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	p := f.get(t, f.ns, name)
-	w, err := f.kube.Policies.Watch(ctx, f.ns, metav1.ListOptions{
+	p := f.Get(t, f.NS, name)
+	w, err := f.Kube.Policies.Watch(ctx, f.NS, metav1.ListOptions{
 		FieldSelector: "metadata.name=" + name, ResourceVersion: p.ResourceVersion})
 	if err != nil {
 		t.Fatal(err)
@@ -270,7 +249,7 @@ func watchLatest(t testing.TB, f *evalFixture, name string) func() []string {
 		}
 	}()
 	return func() []string {
-		final := f.get(t, f.ns, name).ResourceVersion
+		final := f.Get(t, f.NS, name).ResourceVersion
 		var tags []string
 		timeout := time.After(10 * time.Second)
 		for {

@@ -13,6 +13,7 @@ import (
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/reconcile/evaltest"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
@@ -22,54 +23,54 @@ import (
 func TestAdvanceIntegrationFromWatchedRepository(t *testing.T) {
 	f := newEvalFixture(t)
 	const image = "ghcr.io/org/app"
-	other := f.env.Namespace(t)
-	f.repo(t, f.ns, "app", image, func(r *v1.ImageRepository) {
+	other := f.Env.Namespace(t)
+	f.Repo(t, f.NS, "app", image, func(r *v1.ImageRepository) {
 		r.Spec.AccessFrom = &v1.AccessFrom{NamespaceSelectors: []v1.NamespaceSelector{{MatchLabels: map[string]string{}}}}
 	})
-	f.put(t, f.ns, "app", "1.0.0", "1.2.0")
-	spec := v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver(">=1.0.0"), DigestReflectionPolicy: v1.ReflectNever}
-	f.policy(t, f.ns, "own", spec)
-	spec.ImageRepositoryRef.Namespace = f.ns
-	f.policy(t, other, "cross", spec)
-	for _, p := range []struct{ ns, name string }{{f.ns, "own"}, {other, "cross"}} {
-		if out := f.evaluate(t, p.ns, p.name); out.Result != reconcile.PolicySucceeded {
+	f.Put(t, f.NS, "app", "1.0.0", "1.2.0")
+	spec := v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver(">=1.0.0"), DigestReflectionPolicy: v1.ReflectNever}
+	f.Policy(t, f.NS, "own", spec)
+	spec.ImageRepositoryRef.Namespace = f.NS
+	f.Policy(t, other, "cross", spec)
+	for _, p := range []struct{ ns, name string }{{f.NS, "own"}, {other, "cross"}} {
+		if out := f.Evaluate(t, p.ns, p.name); out.Result != reconcile.PolicySucceeded {
 			t.Fatalf("first evaluation of %s: %+v", p.name, out)
 		}
 	}
-	f.cached(t, f.ns+"/own", other+"/cross")
+	f.Cached(t, f.NS+"/own", other+"/cross")
 
-	repos := kube.NewCache[*v1.ImageRepository](f.kube.Repositories, nil)
+	repos := kube.NewCache[*v1.ImageRepository](f.Kube.Repositories, nil)
 	repos.Start(t.Context())
 	t.Cleanup(repos.Stop)
 	testenv.Eventually(t, 30*time.Second, func() error {
-		if _, ok := repos.Get(f.ns, "app"); !ok {
+		if _, ok := repos.Get(f.NS, "app"); !ok {
 			return errors.New("the copies do not hold the repository yet")
 		}
 		return nil
 	})
-	pols := kube.NewCache(f.kube.Policies, map[string]func(*v1.ImagePolicy) string{
+	pols := kube.NewCache(f.Kube.Policies, map[string]func(*v1.ImagePolicy) string{
 		reconcile.RepositoryIndex: reconcile.PolicyRepository,
 	})
 	pols.Start(t.Context())
 	t.Cleanup(pols.Stop)
 	testenv.Eventually(t, 30*time.Second, func() error {
-		if got, ok := pols.Indexed(reconcile.RepositoryIndex, f.ns+"/app"); !ok || len(got) != 2 {
+		if got, ok := pols.Indexed(reconcile.RepositoryIndex, f.NS+"/app"); !ok || len(got) != 2 {
 			return errors.New("the copies do not hold both policies yet")
 		}
 		return nil
 	})
-	ev := f.storeless(t)
+	ev := f.Storeless(t)
 	ev.Repositories, ev.Policies = repos, pols
 	reads, lists := countRepositoryReads(t, f, ev)
 
-	c := f.add(t, f.ns, "app", "1.3.0")
+	c := f.add(t, f.NS, "app", "1.3.0")
 	outs, err := ev.EvaluateChange(context.Background(), c)
 	if err != nil || len(outs) != 2 {
 		t.Fatalf("EvaluateChange = %+v, %v", outs, err)
 	}
-	for _, p := range []struct{ ns, name string }{{f.ns, "own"}, {other, "cross"}} {
-		if got := f.get(t, p.ns, p.name); got.Status.LatestRef.Tag != "1.3.0" || evaluatedRevision(got) != c.Revision {
-			t.Errorf("%s: latestRef %s at %q, want 1.3.0 at %q", p.name, refString(got.Status.LatestRef), evaluatedRevision(got), c.Revision)
+	for _, p := range []struct{ ns, name string }{{f.NS, "own"}, {other, "cross"}} {
+		if got := f.Get(t, p.ns, p.name); got.Status.LatestRef.Tag != "1.3.0" || evaluatedRevision(got) != c.Revision {
+			t.Errorf("%s: latestRef %s at %q, want 1.3.0 at %q", p.name, evaltest.RefString(got.Status.LatestRef), evaluatedRevision(got), c.Revision)
 		}
 	}
 	// The policy of another namespace read the repository once; its own namespace's did not.
@@ -88,45 +89,45 @@ func TestAdvanceIntegrationFromWatchedRepository(t *testing.T) {
 func TestAdvanceIntegrationStaleCopyHeals(t *testing.T) {
 	f := newEvalFixture(t)
 	const oldImage, newImage = "ghcr.io/org/old", "ghcr.io/org/new"
-	before := f.repo(t, f.ns, "moved", oldImage)
-	f.put(t, f.ns, "moved", "1.0.0", "1.2.0")
-	f.policy(t, f.ns, "moved", v1.ImagePolicySpec{ImageRepositoryRef: refTo("moved"), Policy: semver(">=1.0.0"),
+	before := f.Repo(t, f.NS, "moved", oldImage)
+	f.Put(t, f.NS, "moved", "1.0.0", "1.2.0")
+	f.Policy(t, f.NS, "moved", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("moved"), Policy: evaltest.Semver(">=1.0.0"),
 		DigestReflectionPolicy: v1.ReflectNever})
-	if out := f.evaluate(t, f.ns, "moved"); out.Result != reconcile.PolicySucceeded {
+	if out := f.Evaluate(t, f.NS, "moved"); out.Result != reconcile.PolicySucceeded {
 		t.Fatalf("first evaluation: %+v", out)
 	}
-	f.cached(t, f.ns+"/moved")
+	f.Cached(t, f.NS+"/moved")
 
 	// The scan of a push read the repository before its image was edited.
-	c := f.add(t, f.ns, "moved", "1.3.0")
-	edited := f.getRepo(t, f.ns, "moved")
+	c := f.add(t, f.NS, "moved", "1.3.0")
+	edited := f.getRepo(t, f.NS, "moved")
 	edited.Spec.Image = newImage
-	edited, err := f.kube.Repositories.Update(context.Background(), edited)
+	edited, err := f.Kube.Repositories.Update(context.Background(), edited)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := f.storeless(t)
+	ev := f.Storeless(t)
 	ev.Repositories = staleCopies{before}
 	if _, err := ev.EvaluateChange(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.get(t, f.ns, "moved").Status.LatestRef; got.Name != oldImage || got.Tag != "1.3.0" {
-		t.Fatalf("the stale copy's advance: latestRef %s, want %s:1.3.0", refString(got), oldImage)
+	if got := f.Get(t, f.NS, "moved").Status.LatestRef; got.Name != oldImage || got.Tag != "1.3.0" {
+		t.Fatalf("the stale copy's advance: latestRef %s, want %s:1.3.0", evaltest.RefString(got), oldImage)
 	}
 
 	// The edit's scan: the tags of the new image, listed for its identity, announced without a
 	// delta.
-	f.ids[reconcile.StoreKey(f.ns, "moved")] = identity(t, edited)
-	f.put(t, f.ns, "moved", "2.0.0", "2.1.0")
-	f.cached(t, f.ns+"/moved")
-	healed := f.evaluator(t)
+	f.IDs[reconcile.StoreKey(f.NS, "moved")] = evaltest.Identity(t, edited)
+	f.Put(t, f.NS, "moved", "2.0.0", "2.1.0")
+	f.Cached(t, f.NS+"/moved")
+	healed := f.Evaluator(t)
 	healed.Repositories = staleCopies{before}
-	rev := f.revision(t, f.ns, "moved")
-	if _, err := healed.EvaluateChange(context.Background(), events.TagsChanged{Namespace: f.ns, Name: "moved", Revision: rev}); err != nil {
+	rev := f.revision(t, f.NS, "moved")
+	if _, err := healed.EvaluateChange(context.Background(), events.TagsChanged{Namespace: f.NS, Name: "moved", Revision: rev}); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.get(t, f.ns, "moved").Status.LatestRef; got.Name != newImage || got.Tag != "2.1.0" {
-		t.Fatalf("after the edit's scan: latestRef %s, want %s:2.1.0", refString(got), newImage)
+	if got := f.Get(t, f.NS, "moved").Status.LatestRef; got.Name != newImage || got.Tag != "2.1.0" {
+		t.Fatalf("after the edit's scan: latestRef %s, want %s:2.1.0", evaltest.RefString(got), newImage)
 	}
 }
 
@@ -146,7 +147,7 @@ func (s staleCopies) Get(namespace, name string) (*v1.ImageRepository, bool) {
 func countRepositoryReads(t testing.TB, f *evalFixture, ev *reconcile.Evaluator) (reads, lists *atomic.Int64) {
 	t.Helper()
 	reads, lists = &atomic.Int64{}, &atomic.Int64{}
-	ev.Kube = f.env.ClientSeeing(t, nil, func(req *http.Request) {
+	ev.Kube = f.Env.ClientSeeing(t, nil, func(req *http.Request) {
 		switch {
 		case req.Method != http.MethodGet:
 		case strings.Contains(req.URL.Path, "/"+v1.ImageRepositoryResource+"/"):
@@ -160,7 +161,7 @@ func countRepositoryReads(t testing.TB, f *evalFixture, ev *reconcile.Evaluator)
 
 func (f *evalFixture) getRepo(t testing.TB, ns, name string) *v1.ImageRepository {
 	t.Helper()
-	r, err := f.kube.Repositories.Get(context.Background(), ns, name)
+	r, err := f.Kube.Repositories.Get(context.Background(), ns, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func (f *evalFixture) getRepo(t testing.TB, ns, name string) *v1.ImageRepository
 func (f *evalFixture) revision(t testing.TB, ns, name string) string {
 	t.Helper()
 	key := reconcile.StoreKey(ns, name)
-	rev, err := f.writer.Revision(context.Background(), key, f.ids[key])
+	rev, err := f.Writer.Revision(context.Background(), key, f.IDs[key])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,11 +185,11 @@ func (f *evalFixture) revision(t testing.TB, ns, name string) string {
 // again from the tags now stored.
 func TestEvaluateIntegrationPushDuringFirstEvaluation(t *testing.T) {
 	f := newEvalFixture(t)
-	f.repo(t, f.ns, "app", "ghcr.io/org/app")
-	f.put(t, f.ns, "app", "1.0.0", "1.2.0")
-	f.policy(t, f.ns, "late", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver(">=1.0.0"),
+	f.Repo(t, f.NS, "app", "ghcr.io/org/app")
+	f.Put(t, f.NS, "app", "1.0.0", "1.2.0")
+	f.Policy(t, f.NS, "late", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver(">=1.0.0"),
 		DigestReflectionPolicy: v1.ReflectNever})
-	pols := kube.NewCache(f.kube.Policies, map[string]func(*v1.ImagePolicy) string{
+	pols := kube.NewCache(f.Kube.Policies, map[string]func(*v1.ImagePolicy) string{
 		reconcile.RepositoryIndex: reconcile.PolicyRepository,
 	})
 	pols.Start(t.Context())
@@ -200,24 +201,24 @@ func TestEvaluateIntegrationPushDuringFirstEvaluation(t *testing.T) {
 		return nil
 	})
 
-	ev := f.evaluator(t)
+	ev := f.Evaluator(t)
 	ev.Policies = pols
 	var pushed atomic.Bool
-	ev.Kube = f.env.ClientSeeing(t, nil, func(req *http.Request) {
+	ev.Kube = f.Env.ClientSeeing(t, nil, func(req *http.Request) {
 		if req.Method != http.MethodGet && strings.HasSuffix(req.URL.Path, "/"+v1.ImagePolicyResource+"/late/status") &&
 			pushed.CompareAndSwap(false, true) {
-			f.add(t, f.ns, "app", "1.3.0")
+			f.add(t, f.NS, "app", "1.3.0")
 		}
 	})
-	out, err := ev.Evaluate(context.Background(), f.ns, "late")
+	out, err := ev.Evaluate(context.Background(), f.NS, "late")
 	if err != nil || out.Result != reconcile.PolicySucceeded {
 		t.Fatalf("Evaluate = %+v, %v", out, err)
 	}
 	if !pushed.Load() {
 		t.Fatal("the evaluation wrote no status")
 	}
-	got := f.get(t, f.ns, "late")
-	if want := f.revision(t, f.ns, "app"); got.Status.LatestRef.Tag != "1.3.0" || evaluatedRevision(got) != want {
-		t.Errorf("latestRef %s at %q, want 1.3.0 at %q (the push's)", refString(got.Status.LatestRef), evaluatedRevision(got), want)
+	got := f.Get(t, f.NS, "late")
+	if want := f.revision(t, f.NS, "app"); got.Status.LatestRef.Tag != "1.3.0" || evaluatedRevision(got) != want {
+		t.Errorf("latestRef %s at %q, want 1.3.0 at %q (the push's)", evaltest.RefString(got.Status.LatestRef), evaluatedRevision(got), want)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/reconcile/evaltest"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
@@ -164,7 +165,7 @@ func (f *cronFixture) create(ctx context.Context, c *kube.Client, i int, scanTim
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: polName},
 		Spec: v1.ImagePolicySpec{
 			ImageRepositoryRef: v1.NamespacedObjectReference{Name: name},
-			Policy:             semver("1.x"),
+			Policy:             evaltest.Semver("1.x"),
 		},
 	}
 	if polReason == reconcile.DueRequested {

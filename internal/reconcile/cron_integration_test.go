@@ -23,6 +23,7 @@ import (
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/reconcile/evaltest"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
@@ -416,7 +417,7 @@ func TestCronIntegrationStoreFaults(t *testing.T) {
 	fail("failing", v1.AuthenticationFailedReason)
 	if _, err := c.Policies.Create(ctx, &v1.ImagePolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reader"},
-		Spec:       v1.ImagePolicySpec{ImageRepositoryRef: refTo("read-damaged"), Policy: semver("*")},
+		Spec:       v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("read-damaged"), Policy: evaltest.Semver("*")},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -574,7 +575,7 @@ func TestCronIntegrationStoreRounds(t *testing.T) {
 	// store lost the entry (rebuilt after the damage), as not stored.
 	if _, err := c.Policies.Create(ctx, &v1.ImagePolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reader"},
-		Spec:       v1.ImagePolicySpec{ImageRepositoryRef: refTo("migrated"), Policy: semver("*")},
+		Spec:       v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("migrated"), Policy: evaltest.Semver("*")},
 	}); err != nil {
 		t.Fatal(err)
 	}

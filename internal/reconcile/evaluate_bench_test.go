@@ -16,6 +16,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/reconcile/evaltest"
 	"github.com/imagereflector/reflector/internal/registry"
 )
 
@@ -32,7 +33,7 @@ func benchTags(n int) []string {
 // part of what is measured.
 func benchEvaluator(f *evalFixture) *reconcile.Evaluator {
 	return &reconcile.Evaluator{
-		Kube: f.kube, Store: f.reader, Registry: registry.New(),
+		Kube: f.Kube, Store: f.Reader, Registry: registry.New(),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }
@@ -43,9 +44,9 @@ func benchEvaluator(f *evalFixture) *reconcile.Evaluator {
 // writes it.
 func BenchmarkEvaluate100kTags(b *testing.B) {
 	f := newEvalFixture(b)
-	f.repo(b, f.ns, "app", "ghcr.io/org/app")
-	f.put(b, f.ns, "app", benchTags(100_000)...)
-	f.policy(b, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver(">=1.0.0")})
+	f.Repo(b, f.NS, "app", "ghcr.io/org/app")
+	f.Put(b, f.NS, "app", benchTags(100_000)...)
+	f.Policy(b, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver(">=1.0.0")})
 	ev := benchEvaluator(f)
 	ctx := context.Background()
 	ranges := []string{"<1.500.0", ">=1.0.0"}
@@ -54,9 +55,9 @@ func BenchmarkEvaluate100kTags(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
-		f.edit(b, f.ns, "app", func(s *v1.ImagePolicySpec) { s.Policy = semver(ranges[i%2]) })
+		f.Edit(b, f.NS, "app", func(s *v1.ImagePolicySpec) { s.Policy = evaltest.Semver(ranges[i%2]) })
 		b.StartTimer()
-		out, err := ev.Evaluate(ctx, f.ns, "app")
+		out, err := ev.Evaluate(ctx, f.NS, "app")
 		if err != nil || !out.Changed || out.Latest.Tag != want[i%2] {
 			b.Fatalf("iteration %d: %+v, %v", i, out, err)
 		}
@@ -70,12 +71,12 @@ func BenchmarkEvaluateRepository100Policies(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
 		b.Run("tags="+strconv.Itoa(n), func(b *testing.B) {
 			f := newEvalFixture(b)
-			f.repo(b, f.ns, "app", "ghcr.io/org/app")
+			f.Repo(b, f.NS, "app", "ghcr.io/org/app")
 			base := benchTags(n)
-			f.put(b, f.ns, "app", base...)
-			choices := []v1.ImagePolicyChoice{semver(">=1.0.0"), semver("*"), alphabetical(v1.OrderAsc), semver(">=1.0.0-0")}
+			f.Put(b, f.NS, "app", base...)
+			choices := []v1.ImagePolicyChoice{evaltest.Semver(">=1.0.0"), evaltest.Semver("*"), evaltest.Alphabetical(v1.OrderAsc), evaltest.Semver(">=1.0.0-0")}
 			for i := range 100 {
-				f.policy(b, f.ns, fmt.Sprintf("p%03d", i), v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: choices[i%len(choices)]})
+				f.Policy(b, f.NS, fmt.Sprintf("p%03d", i), v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: choices[i%len(choices)]})
 			}
 			ev := benchEvaluator(f)
 			ctx := context.Background()
@@ -83,9 +84,9 @@ func BenchmarkEvaluateRepository100Policies(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
 				b.StopTimer()
-				f.put(b, f.ns, "app", append(base, "2.0."+strconv.Itoa(i))...)
+				f.Put(b, f.NS, "app", append(base, "2.0."+strconv.Itoa(i))...)
 				b.StartTimer()
-				outs, err := ev.EvaluateRepository(ctx, f.ns, "app")
+				outs, err := ev.EvaluateRepository(ctx, f.NS, "app")
 				if err != nil || len(outs) != 100 {
 					b.Fatalf("iteration %d: %d outcomes, %v", i, len(outs), err)
 				}
@@ -104,18 +105,18 @@ func BenchmarkEvaluateRepository100Policies(b *testing.B) {
 // policies costs when the cluster is large. list-requests/op counts the ImagePolicy list pages.
 func BenchmarkEvaluateRepositoryAmong10kPolicies(b *testing.B) {
 	f := newEvalFixture(b)
-	f.repo(b, f.ns, "app", "ghcr.io/org/app")
+	f.Repo(b, f.NS, "app", "ghcr.io/org/app")
 	base := benchTags(1_000)
-	f.put(b, f.ns, "app", base...)
-	f.policy(b, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver(">=1.0.0")})
+	f.Put(b, f.NS, "app", base...)
+	f.Policy(b, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver(">=1.0.0")})
 
-	cfg := rest.CopyConfig(f.env.Config)
+	cfg := rest.CopyConfig(f.Env.Config)
 	cfg.QPS = -1
 	bulk, err := kube.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	others := f.env.Namespace(b)
+	others := f.Env.Namespace(b)
 	ctx := context.Background()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -126,8 +127,8 @@ func BenchmarkEvaluateRepositoryAmong10kPolicies(b *testing.B) {
 				_, err := bulk.Policies.Create(ctx, &v1.ImagePolicy{
 					ObjectMeta: metav1.ObjectMeta{Namespace: others, Name: fmt.Sprintf("p%05d", i)},
 					Spec: v1.ImagePolicySpec{
-						ImageRepositoryRef: refTo(fmt.Sprintf("repo-%05d", i)),
-						Policy:             semver(">=1.0.0"),
+						ImageRepositoryRef: evaltest.RefTo(fmt.Sprintf("repo-%05d", i)),
+						Policy:             evaltest.Semver(">=1.0.0"),
 					},
 				})
 				if err != nil {
@@ -148,17 +149,17 @@ func BenchmarkEvaluateRepositoryAmong10kPolicies(b *testing.B) {
 	}
 
 	counting := &requestCounter{}
-	c := f.env.ClientSeeing(b, nil, counting.see)
+	c := f.Env.ClientSeeing(b, nil, counting.see)
 	ev := benchEvaluator(f)
 	ev.Kube = c
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
-		f.put(b, f.ns, "app", append(base, "2.0."+strconv.Itoa(i))...)
+		f.Put(b, f.NS, "app", append(base, "2.0."+strconv.Itoa(i))...)
 		counting.lists.Store(0)
 		b.StartTimer()
-		outs, err := ev.EvaluateRepository(ctx, f.ns, "app")
+		outs, err := ev.EvaluateRepository(ctx, f.NS, "app")
 		if err != nil || len(outs) != 1 || outs[0].Result != reconcile.PolicySucceeded {
 			b.Fatalf("iteration %d: %+v, %v", i, outs, err)
 		}

@@ -23,6 +23,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/reconcile/evaltest"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
@@ -47,49 +48,49 @@ func TestEvaluateIntegrationRules(t *testing.T) {
 		stalled bool
 	}{
 		{name: "semver", tags: []string{"1.0.0", "1.2.0", "2.0.0-rc.1", "latest"},
-			spec:   v1.ImagePolicySpec{Policy: semver(">=1.0.0")},
+			spec:   v1.ImagePolicySpec{Policy: evaltest.Semver(">=1.0.0")},
 			result: reconcile.PolicySucceeded, tag: "1.2.0", reason: v1.SucceededReason,
 			message: "Latest image tag for 'ghcr.io/org/app' updated from 0.0.1 to 1.2.0"},
 		{name: "semver-prerelease", tags: []string{"1.0.0", "1.2.0", "2.0.0-rc.1"},
-			spec:   v1.ImagePolicySpec{Policy: semver(">=1.0.0-0")},
+			spec:   v1.ImagePolicySpec{Policy: evaltest.Semver(">=1.0.0-0")},
 			result: reconcile.PolicySucceeded, tag: "2.0.0-rc.1", reason: v1.SucceededReason,
 			message: "updated from 0.0.1 to 2.0.0-rc.1"},
 		{name: "alphabetical-desc", tags: []string{"beta", "alpha", "gamma"},
-			spec:   v1.ImagePolicySpec{Policy: alphabetical(v1.OrderDesc)},
+			spec:   v1.ImagePolicySpec{Policy: evaltest.Alphabetical(v1.OrderDesc)},
 			result: reconcile.PolicySucceeded, tag: "alpha", reason: v1.SucceededReason, message: "updated from 0.0.1 to alpha"},
 		{name: "numerical", tags: []string{"1", "10", "9"},
-			spec:   v1.ImagePolicySpec{Policy: numerical(v1.OrderAsc)},
+			spec:   v1.ImagePolicySpec{Policy: evaltest.Numerical(v1.OrderAsc)},
 			result: reconcile.PolicySucceeded, tag: "10", reason: v1.SucceededReason, message: "updated from 0.0.1 to 10"},
 		{name: "filter-extract", tags: []string{"main-3-abc", "main-10-def", "dev-20-xyz"},
-			spec: v1.ImagePolicySpec{Policy: numerical(v1.OrderAsc),
+			spec: v1.ImagePolicySpec{Policy: evaltest.Numerical(v1.OrderAsc),
 				FilterTags: &v1.TagFilter{Pattern: `^main-(?P<n>\d+)-`, Extract: "$n"}},
 			result: reconcile.PolicySucceeded, tag: "main-10-def", reason: v1.SucceededReason, message: "updated from 0.0.1 to main-10-def"},
 		{name: "missing-repository", noRepo: true, tags: []string{"1.0.0"},
-			spec:   v1.ImagePolicySpec{Policy: semver("*")},
+			spec:   v1.ImagePolicySpec{Policy: evaltest.Semver("*")},
 			result: reconcile.PolicyFailed, reason: v1.DependencyNotReadyReason, message: "does not exist"},
 		{name: "never-scanned",
-			spec:   v1.ImagePolicySpec{Policy: semver("*")},
+			spec:   v1.ImagePolicySpec{Policy: evaltest.Semver("*")},
 			result: reconcile.PolicyFailed, reason: v1.DependencyNotReadyReason, message: "no tags in the tag store"},
 		{name: "no-tags", tags: []string{},
-			spec:   v1.ImagePolicySpec{Policy: semver("*")},
+			spec:   v1.ImagePolicySpec{Policy: evaltest.Semver("*")},
 			result: reconcile.PolicyFailed, reason: v1.DependencyNotReadyReason, message: "no tags in the tag store"},
 		{name: "no-candidates", tags: []string{"1.0.0", "1.2.0"},
-			spec:   v1.ImagePolicySpec{Policy: semver(">=5.0.0")},
+			spec:   v1.ImagePolicySpec{Policy: evaltest.Semver(">=5.0.0")},
 			result: reconcile.PolicyFailed, reason: v1.FailureReason, message: "no candidate tags"},
 		{name: "filter-drops-all", tags: []string{"1.0.0", "1.2.0"},
-			spec:   v1.ImagePolicySpec{Policy: semver("*"), FilterTags: &v1.TagFilter{Pattern: "^release-"}},
+			spec:   v1.ImagePolicySpec{Policy: evaltest.Semver("*"), FilterTags: &v1.TagFilter{Pattern: "^release-"}},
 			result: reconcile.PolicyFailed, reason: v1.FailureReason, message: "matches filterTags pattern"},
 		{name: "numerical-unparsable", tags: []string{"1", "2", "two"},
-			spec:   v1.ImagePolicySpec{Policy: numerical(v1.OrderAsc)},
+			spec:   v1.ImagePolicySpec{Policy: evaltest.Numerical(v1.OrderAsc)},
 			result: reconcile.PolicyFailed, reason: v1.FailureReason, message: `"two"`},
 		{name: "invalid-range", tags: []string{"1.0.0"},
-			spec:   v1.ImagePolicySpec{Policy: semver("not a range")},
+			spec:   v1.ImagePolicySpec{Policy: evaltest.Semver("not a range")},
 			result: reconcile.PolicyStalled, reason: v1.InvalidPolicyReason, message: "invalid policy", stalled: true},
 		{name: "invalid-pattern", tags: []string{"1.0.0"},
-			spec:   v1.ImagePolicySpec{Policy: semver("*"), FilterTags: &v1.TagFilter{Pattern: "("}},
+			spec:   v1.ImagePolicySpec{Policy: evaltest.Semver("*"), FilterTags: &v1.TagFilter{Pattern: "("}},
 			result: reconcile.PolicyStalled, reason: v1.InvalidPolicyReason, message: "invalid policy", stalled: true},
 		{name: "invalid-image", image: "https://ghcr.io/org/app", tags: []string{"1.0.0"},
-			spec:   v1.ImagePolicySpec{Policy: semver("*")},
+			spec:   v1.ImagePolicySpec{Policy: evaltest.Semver("*")},
 			result: reconcile.PolicyStalled, reason: v1.ImageURLInvalidReason, message: "URL scheme", stalled: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,18 +99,18 @@ func TestEvaluateIntegrationRules(t *testing.T) {
 				img = tc.image
 			}
 			if !tc.noRepo {
-				f.repo(t, f.ns, tc.name, img)
+				f.Repo(t, f.NS, tc.name, img)
 			}
 			if tc.tags != nil {
-				f.put(t, f.ns, tc.name, tc.tags...)
+				f.Put(t, f.NS, tc.name, tc.tags...)
 			}
 			spec := tc.spec
-			spec.ImageRepositoryRef = refTo(tc.name)
-			f.policy(t, f.ns, tc.name, spec)
-			f.seed(t, f.ns, tc.name, prior())
+			spec.ImageRepositoryRef = evaltest.RefTo(tc.name)
+			f.Policy(t, f.NS, tc.name, spec)
+			f.Seed(t, f.NS, tc.name, prior())
 
-			out := f.evaluate(t, f.ns, tc.name)
-			p := f.get(t, f.ns, tc.name)
+			out := f.Evaluate(t, f.NS, tc.name)
+			p := f.Get(t, f.NS, tc.name)
 			if out.Result != tc.result {
 				t.Errorf("result %q, want %q (%s)", out.Result, tc.result, out.Message)
 			}
@@ -117,22 +118,22 @@ func TestEvaluateIntegrationRules(t *testing.T) {
 			if tc.tag != "" {
 				status = metav1.ConditionTrue
 			}
-			checkReady(t, p, wantReady{status, tc.reason, tc.message, tc.stalled})
+			evaltest.CheckReady(t, p, evaltest.WantReady{Status: status, Reason: tc.reason, Msg: tc.message, Stalled: tc.stalled})
 			want := prior()
 			if tc.tag != "" {
 				want = &v1.ImageRef{Name: img, Tag: tc.tag}
-				if !sameRef(p.Status.ObservedPreviousRef, prior()) {
-					t.Errorf("observedPreviousRef %s, want %s", refString(p.Status.ObservedPreviousRef), prior())
+				if !evaltest.SameRef(p.Status.ObservedPreviousRef, prior()) {
+					t.Errorf("observedPreviousRef %s, want %s", evaltest.RefString(p.Status.ObservedPreviousRef), prior())
 				}
 			} else if p.Status.ObservedPreviousRef != nil {
-				t.Errorf("a failure set observedPreviousRef %s", refString(p.Status.ObservedPreviousRef))
+				t.Errorf("a failure set observedPreviousRef %s", evaltest.RefString(p.Status.ObservedPreviousRef))
 			}
-			if !sameRef(p.Status.LatestRef, want) || !sameRef(out.Latest, want) {
-				t.Errorf("latestRef %s (outcome %s), want %s", refString(p.Status.LatestRef), refString(out.Latest), want)
+			if !evaltest.SameRef(p.Status.LatestRef, want) || !evaltest.SameRef(out.Latest, want) {
+				t.Errorf("latestRef %s (outcome %s), want %s", evaltest.RefString(p.Status.LatestRef), evaltest.RefString(out.Latest), want)
 			}
 			if tc.tag != "" {
 				// The cron reconciler finds lost TagsChanged events by this revision.
-				rev, err := f.writer.Revision(context.Background(), reconcile.StoreKey(f.ns, tc.name), f.ids[reconcile.StoreKey(f.ns, tc.name)])
+				rev, err := f.Writer.Revision(context.Background(), reconcile.StoreKey(f.NS, tc.name), f.IDs[reconcile.StoreKey(f.NS, tc.name)])
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -145,9 +146,9 @@ func TestEvaluateIntegrationRules(t *testing.T) {
 				}
 			}
 			if tc.tag == "" {
-				f.waitEvent(t, tc.name, corev1.EventTypeWarning, tc.reason, tc.message)
+				f.WaitEvent(t, tc.name, corev1.EventTypeWarning, tc.reason, tc.message)
 			} else {
-				f.waitEvent(t, tc.name, corev1.EventTypeNormal, v1.SucceededReason, tc.message)
+				f.WaitEvent(t, tc.name, corev1.EventTypeNormal, v1.SucceededReason, tc.message)
 			}
 		})
 	}
@@ -162,30 +163,30 @@ func TestEvaluateIntegrationRules(t *testing.T) {
 func TestEvaluateIntegrationCrossNamespace(t *testing.T) {
 	f := newEvalFixture(t)
 	ctx := context.Background()
-	blue := f.env.Namespace(t, map[string]string{"team": "blue"})
-	red := f.env.Namespace(t, map[string]string{"team": "red"})
-	f.repo(t, f.ns, "open", "ghcr.io/org/open", func(r *v1.ImageRepository) {
+	blue := f.Env.Namespace(t, map[string]string{"team": "blue"})
+	red := f.Env.Namespace(t, map[string]string{"team": "red"})
+	f.Repo(t, f.NS, "open", "ghcr.io/org/open", func(r *v1.ImageRepository) {
 		r.Spec.AccessFrom = &v1.AccessFrom{NamespaceSelectors: []v1.NamespaceSelector{{}}}
 	})
-	f.repo(t, f.ns, "blue-only", "ghcr.io/org/blue", func(r *v1.ImageRepository) {
+	f.Repo(t, f.NS, "blue-only", "ghcr.io/org/blue", func(r *v1.ImageRepository) {
 		r.Spec.AccessFrom = &v1.AccessFrom{NamespaceSelectors: []v1.NamespaceSelector{
 			{MatchLabels: map[string]string{"team": "green"}},
 			{MatchLabels: map[string]string{"team": "blue"}},
 		}}
 	})
-	f.repo(t, f.ns, "closed", "ghcr.io/org/closed")
+	f.Repo(t, f.NS, "closed", "ghcr.io/org/closed")
 	for _, r := range []string{"open", "blue-only", "closed"} {
-		f.put(t, f.ns, r, "1.0.0", "1.1.0")
+		f.Put(t, f.NS, r, "1.0.0", "1.1.0")
 	}
 	ref := func(name string) v1.ImagePolicySpec {
-		return v1.ImagePolicySpec{ImageRepositoryRef: v1.NamespacedObjectReference{Namespace: f.ns, Name: name}, Policy: semver("1.x")}
+		return v1.ImagePolicySpec{ImageRepositoryRef: v1.NamespacedObjectReference{Namespace: f.NS, Name: name}, Policy: evaltest.Semver("1.x")}
 	}
 	// The one answer, which names only what the policy itself names.
 	denied := func(repo string) string {
-		return fmt.Sprintf("failed to get the referred ImageRepository: access denied: ImageRepository '%s/%s' does not exist or its accessFrom does not admit namespace '%s'", f.ns, repo, red)
+		return fmt.Sprintf("failed to get the referred ImageRepository: access denied: ImageRepository '%s/%s' does not exist or its accessFrom does not admit namespace '%s'", f.NS, repo, red)
 	}
-	rec := kube.NewRecorder(f.kube, "reflector-policy")
-	f.ev.Recorder = rec
+	rec := kube.NewRecorder(f.Kube, "reflector-policy")
+	f.Ev.Recorder = rec
 	var refused []string
 	for _, tc := range []struct {
 		ns, repo string
@@ -197,18 +198,18 @@ func TestEvaluateIntegrationCrossNamespace(t *testing.T) {
 		{ns: red, repo: "missing"},
 		{ns: red, repo: "open", allowed: true},
 	} {
-		f.policy(t, tc.ns, tc.repo, ref(tc.repo))
-		out := f.evaluate(t, tc.ns, tc.repo)
-		p := f.get(t, tc.ns, tc.repo)
+		f.Policy(t, tc.ns, tc.repo, ref(tc.repo))
+		out := f.Evaluate(t, tc.ns, tc.repo)
+		p := f.Get(t, tc.ns, tc.repo)
 		if tc.allowed {
-			checkReady(t, p, wantReady{metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false})
+			evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "resolved to 1.1.0", Stalled: false})
 			continue
 		}
 		refused = append(refused, tc.repo)
 		if out.Result != reconcile.PolicyFailed || out.Reason != v1.AccessDeniedReason || out.Message != denied(tc.repo) {
 			t.Errorf("%s/%s: outcome %+v", tc.ns, tc.repo, out)
 		}
-		checkReady(t, p, wantReady{metav1.ConditionFalse, v1.AccessDeniedReason, denied(tc.repo), false})
+		evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionFalse, Reason: v1.AccessDeniedReason, Msg: denied(tc.repo), Stalled: false})
 		if ready := apimeta.FindStatusCondition(p.Status.Conditions, v1.ReadyCondition); ready.Message != denied(tc.repo) {
 			t.Errorf("%s/%s: Ready message %q, want exactly %q", tc.ns, tc.repo, ready.Message, denied(tc.repo))
 		}
@@ -223,42 +224,42 @@ func TestEvaluateIntegrationCrossNamespace(t *testing.T) {
 	// one is created) and by a restarted process: nothing is written and no Event recorded.
 	versions := map[string]string{}
 	for _, name := range refused {
-		versions[name] = f.get(t, red, name).ResourceVersion
+		versions[name] = f.Get(t, red, name).ResourceVersion
 	}
-	rec = kube.NewRecorder(f.kube, "reflector-policy")
-	f.ev = f.evaluator(t)
-	f.ev.Recorder = rec
-	f.cached(t, red+"/blue-only", red+"/closed")
+	rec = kube.NewRecorder(f.Kube, "reflector-policy")
+	f.Ev = f.Evaluator(t)
+	f.Ev.Recorder = rec
+	f.Cached(t, red+"/blue-only", red+"/closed")
 	for _, repo := range []string{"blue-only", "closed"} {
-		f.put(t, f.ns, repo, "1.0.0", "1.1.0", "1.2.0")
-		if _, err := f.ev.EvaluateRepository(ctx, f.ns, repo); err != nil {
+		f.Put(t, f.NS, repo, "1.0.0", "1.1.0", "1.2.0")
+		if _, err := f.Ev.EvaluateRepository(ctx, f.NS, repo); err != nil {
 			t.Fatal(err)
 		}
 	}
-	f.repo(t, f.ns, "missing", "ghcr.io/org/missing")
+	f.Repo(t, f.NS, "missing", "ghcr.io/org/missing")
 	for _, name := range refused {
-		if out := f.evaluate(t, red, name); out.Reason != v1.AccessDeniedReason || out.Message != denied(name) {
+		if out := f.Evaluate(t, red, name); out.Reason != v1.AccessDeniedReason || out.Message != denied(name) {
 			t.Errorf("%s/%s evaluated again: %+v", red, name, out)
 		}
 	}
 	rec.Shutdown()
 	for _, name := range refused {
-		if got := f.get(t, red, name).ResourceVersion; got != versions[name] {
+		if got := f.Get(t, red, name).ResourceVersion; got != versions[name] {
 			t.Errorf("%s/%s: the repeated refusal wrote the status (resourceVersion %s, was %s)", red, name, got, versions[name])
 		}
 	}
 	checkRefusalEvents(t, f, red, refused, denied)
 
 	// Relabelling the namespace grants access on the next evaluation, to the tags stored since.
-	f.ev.Recorder = f.rec
+	f.Ev.Recorder = f.Rec
 	patch := []byte(`{"metadata":{"labels":{"team":"blue"}}}`)
-	if _, err := f.kube.Namespaces.Patch(ctx, "", red, types.MergePatchType, patch); err != nil {
+	if _, err := f.Kube.Namespaces.Patch(ctx, "", red, types.MergePatchType, patch); err != nil {
 		t.Fatal(err)
 	}
-	if out := f.evaluate(t, red, "blue-only"); out.Result != reconcile.PolicySucceeded {
+	if out := f.Evaluate(t, red, "blue-only"); out.Result != reconcile.PolicySucceeded {
 		t.Errorf("after relabelling: %+v", out)
 	}
-	checkReady(t, f.get(t, red, "blue-only"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.2.0", false})
+	evaltest.CheckReady(t, f.Get(t, red, "blue-only"), evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "resolved to 1.2.0", Stalled: false})
 }
 
 // checkRefusalEvents checks that each ImagePolicy of ns named in policies has exactly one
@@ -266,7 +267,7 @@ func TestEvaluateIntegrationCrossNamespace(t *testing.T) {
 // answer, told once. The Events are read after their Recorder has shut down.
 func checkRefusalEvents(t *testing.T, f *evalFixture, ns string, policies []string, want func(string) string) {
 	t.Helper()
-	list, err := f.kube.Events.List(context.Background(), ns, metav1.ListOptions{})
+	list, err := f.Kube.Events.List(context.Background(), ns, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,35 +296,35 @@ func checkRefusalEvents(t *testing.T, f *evalFixture, ns string, policies []stri
 // evaluated as before.
 func TestEvaluateIntegrationNoCrossNamespaceRefs(t *testing.T) {
 	f := newEvalFixture(t)
-	other := f.env.Namespace(t)
-	f.repo(t, f.ns, "open", "ghcr.io/org/open", func(r *v1.ImageRepository) {
+	other := f.Env.Namespace(t)
+	f.Repo(t, f.NS, "open", "ghcr.io/org/open", func(r *v1.ImageRepository) {
 		r.Spec.AccessFrom = &v1.AccessFrom{NamespaceSelectors: []v1.NamespaceSelector{{}}}
 	})
-	f.put(t, f.ns, "open", "1.0.0", "1.1.0")
-	rec := kube.NewRecorder(f.kube, "reflector-policy")
-	f.ev.Recorder = rec
-	f.ev.NoCrossNamespaceRefs = true
+	f.Put(t, f.NS, "open", "1.0.0", "1.1.0")
+	rec := kube.NewRecorder(f.Kube, "reflector-policy")
+	f.Ev.Recorder = rec
+	f.Ev.NoCrossNamespaceRefs = true
 
 	blocked := func(repo string) string {
-		return fmt.Sprintf("failed to get the referred ImageRepository: cannot access 'ImageRepository/%s/%s', cross-namespace references have been blocked", f.ns, repo)
+		return fmt.Sprintf("failed to get the referred ImageRepository: cannot access 'ImageRepository/%s/%s', cross-namespace references have been blocked", f.NS, repo)
 	}
 	for _, repo := range []string{"open", "missing"} {
-		f.policy(t, other, repo, v1.ImagePolicySpec{ImageRepositoryRef: v1.NamespacedObjectReference{Namespace: f.ns, Name: repo}, Policy: semver("1.x")})
-		out := f.evaluate(t, other, repo)
+		f.Policy(t, other, repo, v1.ImagePolicySpec{ImageRepositoryRef: v1.NamespacedObjectReference{Namespace: f.NS, Name: repo}, Policy: evaltest.Semver("1.x")})
+		out := f.Evaluate(t, other, repo)
 		if out.Result != reconcile.PolicyStalled || out.Reason != v1.AccessDeniedReason || out.Message != blocked(repo) {
 			t.Errorf("%s/%s: outcome %+v", other, repo, out)
 		}
-		p := f.get(t, other, repo)
-		checkReady(t, p, wantReady{metav1.ConditionFalse, v1.AccessDeniedReason, blocked(repo), true})
+		p := f.Get(t, other, repo)
+		evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionFalse, Reason: v1.AccessDeniedReason, Msg: blocked(repo), Stalled: true})
 		if p.Status.LatestRef != nil {
 			t.Errorf("%s/%s: a blocked reference gave latestRef %s", other, repo, p.Status.LatestRef)
 		}
 	}
-	f.policy(t, f.ns, "own", v1.ImagePolicySpec{ImageRepositoryRef: v1.NamespacedObjectReference{Namespace: f.ns, Name: "open"}, Policy: semver("1.x")})
-	if out := f.evaluate(t, f.ns, "own"); out.Result != reconcile.PolicySucceeded {
+	f.Policy(t, f.NS, "own", v1.ImagePolicySpec{ImageRepositoryRef: v1.NamespacedObjectReference{Namespace: f.NS, Name: "open"}, Policy: evaltest.Semver("1.x")})
+	if out := f.Evaluate(t, f.NS, "own"); out.Result != reconcile.PolicySucceeded {
 		t.Errorf("a policy of the repository's own namespace, naming it: %+v", out)
 	}
-	f.ev.Recorder = f.rec
+	f.Ev.Recorder = f.Rec
 	rec.Shutdown()
 	checkRefusalEvents(t, f, other, []string{"open", "missing"}, blocked)
 }
@@ -333,17 +334,17 @@ func TestEvaluateIntegrationNoCrossNamespaceRefs(t *testing.T) {
 // Kubernetes Events and the LatestChanged CloudEvents.
 func TestEvaluateIntegrationPolicyEdited(t *testing.T) {
 	f := newEvalFixture(t)
-	f.repo(t, f.ns, "app", "ghcr.io/org/app")
-	f.put(t, f.ns, "app", "1.0.0", "1.5.0", "2.0.0", "zeta", "alpha")
-	created := f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver(">=1.0.0")})
+	f.Repo(t, f.NS, "app", "ghcr.io/org/app")
+	f.Put(t, f.NS, "app", "1.0.0", "1.5.0", "2.0.0", "zeta", "alpha")
+	created := f.Policy(t, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver(">=1.0.0")})
 
-	out := f.evaluate(t, f.ns, "app")
+	out := f.Evaluate(t, f.NS, "app")
 	first := &v1.ImageRef{Name: "ghcr.io/org/app", Tag: "2.0.0"}
-	if !out.Changed || out.Previous != nil || !sameRef(out.Latest, first) {
+	if !out.Changed || out.Previous != nil || !evaltest.SameRef(out.Latest, first) {
 		t.Errorf("first evaluation: %+v", out)
 	}
-	p := f.get(t, f.ns, "app")
-	checkReady(t, p, wantReady{metav1.ConditionTrue, v1.SucceededReason, "", false})
+	p := f.Get(t, f.NS, "app")
+	evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "", Stalled: false})
 	if msg := p.Status.Conditions[0].Message; msg != "Latest image tag for 'ghcr.io/org/app' resolved to 2.0.0" {
 		t.Errorf("message %q", msg)
 	}
@@ -351,32 +352,32 @@ func TestEvaluateIntegrationPolicyEdited(t *testing.T) {
 		t.Errorf("status after first evaluation: %+v", p.Status)
 	}
 
-	f.edit(t, f.ns, "app", func(s *v1.ImagePolicySpec) { s.Policy = alphabetical("") })
-	out = f.evaluate(t, f.ns, "app")
+	f.Edit(t, f.NS, "app", func(s *v1.ImagePolicySpec) { s.Policy = evaltest.Alphabetical("") })
+	out = f.Evaluate(t, f.NS, "app")
 	second := &v1.ImageRef{Name: "ghcr.io/org/app", Tag: "zeta"}
-	if !out.Changed || !sameRef(out.Previous, first) || !sameRef(out.Latest, second) {
+	if !out.Changed || !evaltest.SameRef(out.Previous, first) || !evaltest.SameRef(out.Latest, second) {
 		t.Errorf("after the edit: %+v", out)
 	}
-	p = f.get(t, f.ns, "app")
+	p = f.Get(t, f.NS, "app")
 	const msg = "Latest image tag for 'ghcr.io/org/app' updated from 2.0.0 to zeta"
-	checkReady(t, p, wantReady{metav1.ConditionTrue, v1.SucceededReason, msg, false})
-	if p.Generation == created.Generation || !sameRef(p.Status.LatestRef, second) || !sameRef(p.Status.ObservedPreviousRef, first) {
+	evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: msg, Stalled: false})
+	if p.Generation == created.Generation || !evaltest.SameRef(p.Status.LatestRef, second) || !evaltest.SameRef(p.Status.ObservedPreviousRef, first) {
 		t.Errorf("status after the edit: generation %d, %+v", p.Generation, p.Status)
 	}
-	f.waitEvent(t, "app", corev1.EventTypeNormal, v1.SucceededReason, msg)
+	f.WaitEvent(t, "app", corev1.EventTypeNormal, v1.SucceededReason, msg)
 
-	got := f.sink.about(f.ns, "app")
-	if len(got) != 2 || got[0].Previous != nil || !sameRef(got[0].Latest, first) ||
-		!sameRef(got[1].Previous, first) || !sameRef(got[1].Latest, second) {
+	got := f.Sink.About(f.NS, "app")
+	if len(got) != 2 || got[0].Previous != nil || !evaltest.SameRef(got[0].Latest, first) ||
+		!evaltest.SameRef(got[1].Previous, first) || !evaltest.SameRef(got[1].Latest, second) {
 		t.Errorf("LatestChanged events: %+v", got)
 	}
 
 	// The same result again changes nothing and announces nothing.
-	f.edit(t, f.ns, "app", func(s *v1.ImagePolicySpec) { s.FilterTags = &v1.TagFilter{Pattern: "^[a-z]"} })
-	if out := f.evaluate(t, f.ns, "app"); out.Changed || out.Result != reconcile.PolicySucceeded {
+	f.Edit(t, f.NS, "app", func(s *v1.ImagePolicySpec) { s.FilterTags = &v1.TagFilter{Pattern: "^[a-z]"} })
+	if out := f.Evaluate(t, f.NS, "app"); out.Changed || out.Result != reconcile.PolicySucceeded {
 		t.Errorf("re-evaluation with the same result: %+v", out)
 	}
-	if got := f.sink.about(f.ns, "app"); len(got) != 2 {
+	if got := f.Sink.About(f.NS, "app"); len(got) != 2 {
 		t.Errorf("%d LatestChanged events, want still 2", len(got))
 	}
 }
@@ -390,8 +391,8 @@ func TestEvaluateIntegrationDigestReflection(t *testing.T) {
 	reg.Push(t, "app", "1.0.0")
 	d1 := reg.Push(t, "app", "1.1.0")
 	image := reg.Image("app")
-	f.repo(t, f.ns, "app", image, func(r *v1.ImageRepository) { r.Spec.Insecure = true })
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	f.Repo(t, f.NS, "app", image, func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0")
 	heads := func() int {
 		n := 0
 		for _, r := range reg.Requests() {
@@ -402,72 +403,72 @@ func TestEvaluateIntegrationDigestReflection(t *testing.T) {
 		return n
 	}
 	spec := func(p v1.ReflectionPolicy) v1.ImagePolicySpec {
-		s := v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("1.x"), DigestReflectionPolicy: p}
+		s := v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("1.x"), DigestReflectionPolicy: p}
 		if p == v1.ReflectAlways {
 			s.Interval = &metav1.Duration{Duration: time.Minute}
 		}
 		return s
 	}
 	for _, p := range []v1.ReflectionPolicy{v1.ReflectNever, v1.ReflectIfNotPresent, v1.ReflectAlways} {
-		f.policy(t, f.ns, strings.ToLower(string(p)), spec(p))
+		f.Policy(t, f.NS, strings.ToLower(string(p)), spec(p))
 	}
-	latest := func(name string) *v1.ImageRef { return f.get(t, f.ns, name).Status.LatestRef }
+	latest := func(name string) *v1.ImageRef { return f.Get(t, f.NS, name).Status.LatestRef }
 	want := func(digest string) *v1.ImageRef { return &v1.ImageRef{Name: image, Tag: "1.1.0", Digest: digest} }
 
 	for name, digest := range map[string]string{"never": "", "ifnotpresent": d1, "always": d1} {
 		before := heads()
-		f.evaluate(t, f.ns, name)
-		if got := latest(name); !sameRef(got, want(digest)) {
-			t.Errorf("%s: latestRef %s, want %s", name, refString(got), want(digest))
+		f.Evaluate(t, f.NS, name)
+		if got := latest(name); !evaltest.SameRef(got, want(digest)) {
+			t.Errorf("%s: latestRef %s, want %s", name, evaltest.RefString(got), want(digest))
 		}
 		if wantHeads := map[bool]int{true: 0, false: 1}[digest == ""]; heads()-before != wantHeads {
 			t.Errorf("%s: %d HEAD requests, want %d", name, heads()-before, wantHeads)
 		}
 	}
 	// Flux's message names the tag; the digest is in latestRef.
-	checkReady(t, f.get(t, f.ns, "always"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "Latest image tag for '" + image + "' resolved to 1.1.0", false})
+	evaltest.CheckReady(t, f.Get(t, f.NS, "always"), evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "Latest image tag for '" + image + "' resolved to 1.1.0", Stalled: false})
 
 	// 1.1.0 moves to a new image; the tag list is the same.
 	d2 := reg.Push(t, "app", "1.1.0")
 	before := heads()
 	for _, name := range []string{"never", "ifnotpresent"} {
-		if out := f.evaluate(t, f.ns, name); out.Result != reconcile.PolicyUnchanged {
+		if out := f.Evaluate(t, f.NS, name); out.Result != reconcile.PolicyUnchanged {
 			t.Errorf("%s with unchanged tags: %+v", name, out)
 		}
 	}
 	// A reconcile request evaluates again, but IfNotPresent keeps the digest it has.
-	if _, err := f.kube.Policies.RequestReconcile(ctx, f.ns, "ifnotpresent", testenv.RequestToken(time.Now())); err != nil {
+	if _, err := f.Kube.Policies.RequestReconcile(ctx, f.NS, "ifnotpresent", testenv.RequestToken(time.Now())); err != nil {
 		t.Fatal(err)
 	}
-	if out := f.evaluate(t, f.ns, "ifnotpresent"); out.Result != reconcile.PolicySucceeded || out.Changed {
+	if out := f.Evaluate(t, f.NS, "ifnotpresent"); out.Result != reconcile.PolicySucceeded || out.Changed {
 		t.Errorf("ifnotpresent on request: %+v", out)
 	}
 	if heads() != before {
 		t.Errorf("%d HEAD requests for Never and IfNotPresent with a digest, want 0", heads()-before)
 	}
-	if got := latest("ifnotpresent"); !sameRef(got, want(d1)) {
-		t.Errorf("ifnotpresent: latestRef %s, want the old digest", refString(got))
+	if got := latest("ifnotpresent"); !evaltest.SameRef(got, want(d1)) {
+		t.Errorf("ifnotpresent: latestRef %s, want the old digest", evaltest.RefString(got))
 	}
-	out := f.evaluate(t, f.ns, "always")
-	if !out.Changed || !sameRef(out.Latest, want(d2)) || !sameRef(out.Previous, want(d1)) || heads() != before+1 {
+	out := f.Evaluate(t, f.NS, "always")
+	if !out.Changed || !evaltest.SameRef(out.Latest, want(d2)) || !evaltest.SameRef(out.Previous, want(d1)) || heads() != before+1 {
 		t.Errorf("always after the move: %+v, %d HEAD requests", out, heads()-before)
 	}
-	checkReady(t, f.get(t, f.ns, "always"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "Latest image tag for '" + image + "' resolved to 1.1.0", false})
-	if got := f.sink.about(f.ns, "always"); len(got) != 2 || !sameRef(got[1].Latest, want(d2)) {
+	evaltest.CheckReady(t, f.Get(t, f.NS, "always"), evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "Latest image tag for '" + image + "' resolved to 1.1.0", Stalled: false})
+	if got := f.Sink.About(f.NS, "always"); len(got) != 2 || !evaltest.SameRef(got[1].Latest, want(d2)) {
 		t.Errorf("LatestChanged events of always: %+v", got)
 	}
 
 	// Switching to Never removes the digest.
-	f.edit(t, f.ns, "always", func(s *v1.ImagePolicySpec) { s.DigestReflectionPolicy, s.Interval = v1.ReflectNever, nil })
-	if out := f.evaluate(t, f.ns, "always"); !out.Changed || !sameRef(out.Latest, want("")) {
+	f.Edit(t, f.NS, "always", func(s *v1.ImagePolicySpec) { s.DigestReflectionPolicy, s.Interval = v1.ReflectNever, nil })
+	if out := f.Evaluate(t, f.NS, "always"); !out.Changed || !evaltest.SameRef(out.Latest, want("")) {
 		t.Errorf("always switched to Never: %+v", out)
 	}
 
 	// A new latest tag gets its digest under IfNotPresent.
 	d3 := reg.Push(t, "app", "1.2.0")
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0", "1.2.0")
-	out = f.evaluate(t, f.ns, "ifnotpresent")
-	if wantRef := (&v1.ImageRef{Name: image, Tag: "1.2.0", Digest: d3}); !out.Changed || !sameRef(out.Latest, wantRef) {
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0", "1.2.0")
+	out = f.Evaluate(t, f.NS, "ifnotpresent")
+	if wantRef := (&v1.ImageRef{Name: image, Tag: "1.2.0", Digest: d3}); !out.Changed || !evaltest.SameRef(out.Latest, wantRef) {
 		t.Errorf("ifnotpresent with a new tag: %+v", out)
 	}
 }
@@ -478,20 +479,20 @@ func TestEvaluateIntegrationDigestFailureKeepsLatestRef(t *testing.T) {
 	f := newEvalFixture(t)
 	reg := testenv.NewRegistry(t)
 	d := reg.Push(t, "app", "1.0.0")
-	f.repo(t, f.ns, "app", reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
-	f.put(t, f.ns, "app", "1.0.0", "2.0.0")
-	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("1.x"),
+	f.Repo(t, f.NS, "app", reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+	f.Put(t, f.NS, "app", "1.0.0", "2.0.0")
+	f.Policy(t, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("1.x"),
 		DigestReflectionPolicy: v1.ReflectIfNotPresent})
-	f.evaluate(t, f.ns, "app")
-	f.edit(t, f.ns, "app", func(s *v1.ImagePolicySpec) { s.Policy = semver("*") })
+	f.Evaluate(t, f.NS, "app")
+	f.Edit(t, f.NS, "app", func(s *v1.ImagePolicySpec) { s.Policy = evaltest.Semver("*") })
 
-	out := f.evaluate(t, f.ns, "app")
-	p := f.get(t, f.ns, "app")
+	out := f.Evaluate(t, f.NS, "app")
+	p := f.Get(t, f.NS, "app")
 	wantRef := &v1.ImageRef{Name: reg.Image("app"), Tag: "1.0.0", Digest: d}
-	if out.Result != reconcile.PolicyFailed || !sameRef(p.Status.LatestRef, wantRef) {
-		t.Errorf("outcome %+v, latestRef %s", out, refString(p.Status.LatestRef))
+	if out.Result != reconcile.PolicyFailed || !evaltest.SameRef(p.Status.LatestRef, wantRef) {
+		t.Errorf("outcome %+v, latestRef %s", out, evaltest.RefString(p.Status.LatestRef))
 	}
-	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.ReadOperationFailedReason, `tag "2.0.0" not found`, false})
+	evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionFalse, Reason: v1.ReadOperationFailedReason, Msg: `tag "2.0.0" not found`, Stalled: false})
 }
 
 // TestEvaluateIntegrationStoreEntryLostKeepsLatestRef: a store entry deleted or emptied under a
@@ -499,36 +500,36 @@ func TestEvaluateIntegrationDigestFailureKeepsLatestRef(t *testing.T) {
 func TestEvaluateIntegrationStoreEntryLostKeepsLatestRef(t *testing.T) {
 	f := newEvalFixture(t)
 	ctx := context.Background()
-	f.repo(t, f.ns, "app", "ghcr.io/org/app")
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
-	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*")})
-	f.evaluate(t, f.ns, "app")
+	f.Repo(t, f.NS, "app", "ghcr.io/org/app")
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0")
+	f.Policy(t, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("*")})
+	f.Evaluate(t, f.NS, "app")
 	want := &v1.ImageRef{Name: "ghcr.io/org/app", Tag: "1.1.0"}
 
-	if _, err := f.writer.Delete(ctx, reconcile.StoreKey(f.ns, "app")); err != nil {
+	if _, err := f.Writer.Delete(ctx, reconcile.StoreKey(f.NS, "app")); err != nil {
 		t.Fatal(err)
 	}
-	out := f.evaluate(t, f.ns, "app")
-	p := f.get(t, f.ns, "app")
-	if out.Result != reconcile.PolicyFailed || !sameRef(p.Status.LatestRef, want) {
-		t.Errorf("after deleting the entry: %+v, latestRef %s", out, refString(p.Status.LatestRef))
+	out := f.Evaluate(t, f.NS, "app")
+	p := f.Get(t, f.NS, "app")
+	if out.Result != reconcile.PolicyFailed || !evaltest.SameRef(p.Status.LatestRef, want) {
+		t.Errorf("after deleting the entry: %+v, latestRef %s", out, evaltest.RefString(p.Status.LatestRef))
 	}
-	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.DependencyNotReadyReason, "no tags in the tag store", false})
+	evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionFalse, Reason: v1.DependencyNotReadyReason, Msg: "no tags in the tag store", Stalled: false})
 
-	f.put(t, f.ns, "app")
-	out = f.evaluate(t, f.ns, "app")
-	if p := f.get(t, f.ns, "app"); out.Result != reconcile.PolicyFailed || !sameRef(p.Status.LatestRef, want) {
-		t.Errorf("with an empty entry: %+v, latestRef %s", out, refString(p.Status.LatestRef))
+	f.Put(t, f.NS, "app")
+	out = f.Evaluate(t, f.NS, "app")
+	if p := f.Get(t, f.NS, "app"); out.Result != reconcile.PolicyFailed || !evaltest.SameRef(p.Status.LatestRef, want) {
+		t.Errorf("with an empty entry: %+v, latestRef %s", out, evaltest.RefString(p.Status.LatestRef))
 	}
-	if got := f.sink.about(f.ns, "app"); len(got) != 1 {
+	if got := f.Sink.About(f.NS, "app"); len(got) != 1 {
 		t.Errorf("%d LatestChanged events, want only the first resolution", len(got))
 	}
 
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
-	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySucceeded || out.Changed {
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0")
+	if out := f.Evaluate(t, f.NS, "app"); out.Result != reconcile.PolicySucceeded || out.Changed {
 		t.Errorf("after the store came back: %+v", out)
 	}
-	checkReady(t, f.get(t, f.ns, "app"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false})
+	evaltest.CheckReady(t, f.Get(t, f.NS, "app"), evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "resolved to 1.1.0", Stalled: false})
 }
 
 // TestEvaluateIntegrationDamagedStoreKeepsLatestRef: a damaged store, read before a writer set
@@ -538,41 +539,41 @@ func TestEvaluateIntegrationStoreEntryLostKeepsLatestRef(t *testing.T) {
 func TestEvaluateIntegrationDamagedStoreKeepsLatestRef(t *testing.T) {
 	f := newEvalFixture(t)
 	ctx := context.Background()
-	f.repo(t, f.ns, "app", "ghcr.io/org/app")
-	if _, err := f.kube.Repositories.UpdateStatus(ctx, f.ns, "app", func(r *v1.ImageRepository) error {
+	f.Repo(t, f.NS, "app", "ghcr.io/org/app")
+	if _, err := f.Kube.Repositories.UpdateStatus(ctx, f.NS, "app", func(r *v1.ImageRepository) error {
 		r.Status.LastScanResult = &v1.ScanResult{TagCount: 2, ScanTime: metav1.Now()}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
-	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*")})
-	f.evaluate(t, f.ns, "app")
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0")
+	f.Policy(t, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("*")})
+	f.Evaluate(t, f.NS, "app")
 	want := &v1.ImageRef{Name: "ghcr.io/org/app", Tag: "1.1.0"}
-	for _, s := range []*store.Store{f.writer, f.reader} {
+	for _, s := range []*store.Store{f.Writer, f.Reader} {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(f.dir, badger.ManifestFilename), []byte("not a manifest"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(f.Dir, badger.ManifestFilename), []byte("not a manifest"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
-	reader := store.New(f.dir, store.ReadOnly())
+	reader := store.New(f.Dir, store.ReadOnly())
 	defer reader.Close()
-	ev := f.evaluator(t)
+	ev := f.Evaluator(t)
 	ev.Store = reader
-	out, err := ev.Evaluate(ctx, f.ns, "app")
+	out, err := ev.Evaluate(ctx, f.NS, "app")
 	if !errors.Is(err, store.ErrCorrupt) || out.Reason != v1.TagStoreDamagedReason {
 		t.Errorf("on the damaged store: %+v, %v; want TagStoreDamaged and ErrCorrupt", out, err)
 	}
-	p := f.get(t, f.ns, "app")
-	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.TagStoreDamagedReason, "tag store is unreadable", false})
-	if !sameRef(p.Status.LatestRef, want) {
-		t.Errorf("on the damaged store: latestRef %s, want 1.1.0 kept", refString(p.Status.LatestRef))
+	p := f.Get(t, f.NS, "app")
+	evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionFalse, Reason: v1.TagStoreDamagedReason, Msg: "tag store is unreadable", Stalled: false})
+	if !evaltest.SameRef(p.Status.LatestRef, want) {
+		t.Errorf("on the damaged store: latestRef %s, want 1.1.0 kept", evaltest.RefString(p.Status.LatestRef))
 	}
 
-	writer := store.New(f.dir, store.WithLinger(0))
+	writer := store.New(f.Dir, store.WithLinger(0))
 	defer writer.Close()
 	if _, err := writer.Keys(ctx); err != nil {
 		t.Fatalf("the writer did not rebuild the store: %v", err)
@@ -580,21 +581,21 @@ func TestEvaluateIntegrationDamagedStoreKeepsLatestRef(t *testing.T) {
 	if out := f.evaluateWith(t, ev); out.Reason != v1.TagStoreDamagedReason {
 		t.Errorf("on the rebuilt store: %+v, want TagStoreDamaged", out)
 	}
-	p = f.get(t, f.ns, "app")
-	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.TagStoreDamagedReason, "lost when the tag store was found damaged", false})
-	if !sameRef(p.Status.LatestRef, want) {
-		t.Errorf("on the rebuilt store: latestRef %s, want 1.1.0 kept", refString(p.Status.LatestRef))
+	p = f.Get(t, f.NS, "app")
+	evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionFalse, Reason: v1.TagStoreDamagedReason, Msg: "lost when the tag store was found damaged", Stalled: false})
+	if !evaltest.SameRef(p.Status.LatestRef, want) {
+		t.Errorf("on the rebuilt store: latestRef %s, want 1.1.0 kept", evaltest.RefString(p.Status.LatestRef))
 	}
 
-	key := reconcile.StoreKey(f.ns, "app")
-	if _, _, err := writer.Put(ctx, key, f.ids[key], []string{"1.0.0", "1.1.0"}, time.Now()); err != nil {
+	key := reconcile.StoreKey(f.NS, "app")
+	if _, _, err := writer.Put(ctx, key, f.IDs[key], []string{"1.0.0", "1.1.0"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if out := f.evaluateWith(t, ev); out.Result != reconcile.PolicySucceeded || out.Changed {
 		t.Errorf("once the tags are back: %+v, want the same latestRef", out)
 	}
-	checkReady(t, f.get(t, f.ns, "app"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.1.0", false})
-	if got := f.sink.about(f.ns, "app"); len(got) != 1 {
+	evaltest.CheckReady(t, f.Get(t, f.NS, "app"), evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "resolved to 1.1.0", Stalled: false})
+	if got := f.Sink.About(f.NS, "app"); len(got) != 1 {
 		t.Errorf("%d LatestChanged events, want only the first resolution", len(got))
 	}
 }
@@ -602,10 +603,10 @@ func TestEvaluateIntegrationDamagedStoreKeepsLatestRef(t *testing.T) {
 // evaluateWith evaluates the policy ns/app with ev, after a reconcile request so that it is due.
 func (f *evalFixture) evaluateWith(t *testing.T, ev *reconcile.Evaluator) reconcile.PolicyOutcome {
 	t.Helper()
-	if _, err := f.kube.Policies.RequestReconcile(context.Background(), f.ns, "app", testenv.RequestToken(time.Now())); err != nil {
+	if _, err := f.Kube.Policies.RequestReconcile(context.Background(), f.NS, "app", testenv.RequestToken(time.Now())); err != nil {
 		t.Fatal(err)
 	}
-	out, err := ev.Evaluate(context.Background(), f.ns, "app")
+	out, err := ev.Evaluate(context.Background(), f.NS, "app")
 	if err != nil {
 		t.Fatalf("Evaluate: %v", err)
 	}
@@ -642,39 +643,39 @@ func holdStore(t *testing.T, dir string) (release func()) {
 func TestEvaluateIntegrationStoreHeldByWriter(t *testing.T) {
 	f := newEvalFixture(t)
 	ctx := context.Background()
-	f.repo(t, f.ns, "app", "ghcr.io/org/app")
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
-	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*")})
-	if err := f.writer.Close(); err != nil {
+	f.Repo(t, f.NS, "app", "ghcr.io/org/app")
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0")
+	f.Policy(t, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("*")})
+	if err := f.Writer.Close(); err != nil {
 		t.Fatal(err)
 	}
 
 	const hold = 700 * time.Millisecond
 	// A writer that keeps the store for a while: the duration is the scenario, and the
 	// evaluation must have waited at least that long.
-	release := holdStore(t, f.dir)
+	release := holdStore(t, f.Dir)
 	start := time.Now()
 	time.AfterFunc(hold, release)
-	out := f.evaluate(t, f.ns, "app")
+	out := f.Evaluate(t, f.NS, "app")
 	if waited := time.Since(start); waited < hold || out.Result != reconcile.PolicySucceeded || out.Latest.Tag != "1.1.0" {
 		t.Errorf("after waiting %s: %+v", waited, out)
 	}
 
-	release = holdStore(t, f.dir)
+	release = holdStore(t, f.Dir)
 	defer release()
-	impatient := f.evaluator(t)
+	impatient := f.Evaluator(t)
 	impatient.StoreWait = 300 * time.Millisecond
-	if _, err := f.kube.Policies.RequestReconcile(ctx, f.ns, "app", testenv.RequestToken(time.Now())); err != nil {
+	if _, err := f.Kube.Policies.RequestReconcile(ctx, f.NS, "app", testenv.RequestToken(time.Now())); err != nil {
 		t.Fatal(err)
 	}
-	out, err := impatient.Evaluate(ctx, f.ns, "app")
+	out, err := impatient.Evaluate(ctx, f.NS, "app")
 	if !errors.Is(err, store.ErrLocked) || out.Reason != v1.ReadOperationFailedReason {
 		t.Errorf("held past the wait: %+v, %v", out, err)
 	}
-	p := f.get(t, f.ns, "app")
-	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.ReadOperationFailedReason, "tag store is held by another process", false})
+	p := f.Get(t, f.NS, "app")
+	evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionFalse, Reason: v1.ReadOperationFailedReason, Msg: "tag store is held by another process", Stalled: false})
 	if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != "1.1.0" {
-		t.Errorf("latestRef %s, want 1.1.0 kept", refString(p.Status.LatestRef))
+		t.Errorf("latestRef %s, want 1.1.0 kept", evaltest.RefString(p.Status.LatestRef))
 	}
 }
 
@@ -684,13 +685,13 @@ func TestEvaluateIntegrationStoreHeldByWriter(t *testing.T) {
 func TestEvaluateIntegrationSkipsUnchanged(t *testing.T) {
 	f := newEvalFixture(t)
 	ctx := context.Background()
-	f.repo(t, f.ns, "app", "ghcr.io/org/app")
-	f.put(t, f.ns, "app", "1.0.0")
-	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*")})
-	rv := func() string { return f.get(t, f.ns, "app").ResourceVersion }
+	f.Repo(t, f.NS, "app", "ghcr.io/org/app")
+	f.Put(t, f.NS, "app", "1.0.0")
+	f.Policy(t, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("*")})
+	rv := func() string { return f.Get(t, f.NS, "app").ResourceVersion }
 	step := func(what, result string, changed bool) {
 		t.Helper()
-		out := f.evaluate(t, f.ns, "app")
+		out := f.Evaluate(t, f.NS, "app")
 		if out.Result != result || out.Changed != changed {
 			t.Errorf("%s: %+v, want %s (changed %v)", what, out, result, changed)
 		}
@@ -704,35 +705,35 @@ func TestEvaluateIntegrationSkipsUnchanged(t *testing.T) {
 	}
 
 	token := testenv.RequestToken(time.Now())
-	if _, err := f.kube.Policies.RequestReconcile(ctx, f.ns, "app", token); err != nil {
+	if _, err := f.Kube.Policies.RequestReconcile(ctx, f.NS, "app", token); err != nil {
 		t.Fatal(err)
 	}
 	step("reconcile requested", reconcile.PolicySucceeded, false)
-	if got := f.get(t, f.ns, "app").Status.LastHandledReconcileAt; got != token {
+	if got := f.Get(t, f.NS, "app").Status.LastHandledReconcileAt; got != token {
 		t.Errorf("lastHandledReconcileAt %q, want %q", got, token)
 	}
 	step("request handled", reconcile.PolicyUnchanged, false)
 
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0")
 	step("new revision", reconcile.PolicySucceeded, true)
-	f.edit(t, f.ns, "app", func(s *v1.ImagePolicySpec) { s.Policy = semver("~1.0") })
+	f.Edit(t, f.NS, "app", func(s *v1.ImagePolicySpec) { s.Policy = evaltest.Semver("~1.0") })
 	step("new generation", reconcile.PolicySucceeded, true)
 	step("settled", reconcile.PolicyUnchanged, false)
 
 	written = rv()
-	f.ev = f.evaluator(t)
+	f.Ev = f.Evaluator(t)
 	step("restarted", reconcile.PolicySucceeded, false)
 	if rv() != written {
 		t.Error("a restarted evaluator rewrote an unchanged status")
 	}
 
 	var lines []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(f.logs.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(f.Logs.String()), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("log line %q: %v", l, err)
 		}
-		if m["name"] == "app" && m["namespace"] == f.ns {
+		if m["name"] == "app" && m["namespace"] == f.NS {
 			lines = append(lines, m)
 		}
 	}
@@ -747,28 +748,28 @@ func TestEvaluateIntegrationSkipsUnchanged(t *testing.T) {
 // TestEvaluateIntegrationSuspended: a suspended policy is left exactly as it is.
 func TestEvaluateIntegrationSuspended(t *testing.T) {
 	f := newEvalFixture(t)
-	f.repo(t, f.ns, "app", "ghcr.io/org/app")
-	f.put(t, f.ns, "app", "1.0.0")
-	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"), Suspend: true})
-	before := f.get(t, f.ns, "app")
-	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySuspended {
+	f.Repo(t, f.NS, "app", "ghcr.io/org/app")
+	f.Put(t, f.NS, "app", "1.0.0")
+	f.Policy(t, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("*"), Suspend: true})
+	before := f.Get(t, f.NS, "app")
+	if out := f.Evaluate(t, f.NS, "app"); out.Result != reconcile.PolicySuspended {
 		t.Errorf("outcome %+v", out)
 	}
-	if after := f.get(t, f.ns, "app"); after.ResourceVersion != before.ResourceVersion {
+	if after := f.Get(t, f.NS, "app"); after.ResourceVersion != before.ResourceVersion {
 		t.Errorf("suspended policy written: %+v", after.Status)
 	}
 	// A reconcile request is acknowledged, as Flux does, and nothing else is written.
-	if _, err := f.kube.Policies.RequestReconcile(context.Background(), f.ns, "app", "while-paused"); err != nil {
+	if _, err := f.Kube.Policies.RequestReconcile(context.Background(), f.NS, "app", "while-paused"); err != nil {
 		t.Fatal(err)
 	}
-	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySuspended {
+	if out := f.Evaluate(t, f.NS, "app"); out.Result != reconcile.PolicySuspended {
 		t.Errorf("suspended with a request: %+v", out)
 	}
-	after := f.get(t, f.ns, "app")
+	after := f.Get(t, f.NS, "app")
 	if after.Status.LastHandledReconcileAt != "while-paused" || after.Status.LatestRef != nil || len(after.Status.Conditions) != 0 {
 		t.Errorf("suspended with a request: status %+v", after.Status)
 	}
-	if out := f.evaluate(t, f.ns, "gone"); out.Result != reconcile.PolicyNotFound {
+	if out := f.Evaluate(t, f.NS, "gone"); out.Result != reconcile.PolicyNotFound {
 		t.Errorf("missing policy: %+v", out)
 	}
 }
@@ -777,17 +778,17 @@ func TestEvaluateIntegrationSuspended(t *testing.T) {
 // LatestChanged is logged; the status is written all the same.
 func TestEvaluateIntegrationRefusingSinkIsNotFatal(t *testing.T) {
 	f := newEvalFixture(t)
-	f.sink = newLatestSink(t, http.StatusServiceUnavailable)
-	f.ev = f.evaluator(t)
-	f.repo(t, f.ns, "app", "ghcr.io/org/app")
-	f.put(t, f.ns, "app", "1.0.0")
-	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*")})
-	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySucceeded || !out.Changed {
+	f.Sink = evaltest.NewLatestSink(t, http.StatusServiceUnavailable)
+	f.Ev = f.Evaluator(t)
+	f.Repo(t, f.NS, "app", "ghcr.io/org/app")
+	f.Put(t, f.NS, "app", "1.0.0")
+	f.Policy(t, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("*")})
+	if out := f.Evaluate(t, f.NS, "app"); out.Result != reconcile.PolicySucceeded || !out.Changed {
 		t.Errorf("outcome %+v", out)
 	}
-	checkReady(t, f.get(t, f.ns, "app"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.0.0", false})
-	if !strings.Contains(f.logs.String(), "announcing a new latest image") {
-		t.Errorf("refusal not logged: %s", f.logs)
+	evaltest.CheckReady(t, f.Get(t, f.NS, "app"), evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "resolved to 1.0.0", Stalled: false})
+	if !strings.Contains(f.Logs.String(), "announcing a new latest image") {
+		t.Errorf("refusal not logged: %s", f.Logs)
 	}
 }
 
@@ -804,35 +805,35 @@ func TestEvaluateIntegrationRepository(t *testing.T) {
 
 func testEvaluateRepository(t *testing.T, cached bool) {
 	f := newEvalFixture(t)
-	f.ev.PageSize = 2
+	f.Ev.PageSize = 2
 	// The evaluator's client counts its lists of ImagePolicies.
 	var lists atomic.Int64
-	f.ev.Kube = f.env.ClientSeeing(t, nil, func(req *http.Request) {
+	f.Ev.Kube = f.Env.ClientSeeing(t, nil, func(req *http.Request) {
 		if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/"+v1.ImagePolicyResource) {
 			lists.Add(1)
 		}
 	})
 	var copies *kube.Cache[*v1.ImagePolicy]
 	if cached {
-		copies = kube.NewCache(f.kube.Policies, map[string]func(*v1.ImagePolicy) string{
+		copies = kube.NewCache(f.Kube.Policies, map[string]func(*v1.ImagePolicy) string{
 			reconcile.RepositoryIndex: reconcile.PolicyRepository,
 		})
 		copies.Start(t.Context())
 		t.Cleanup(copies.Stop)
-		f.ev.Policies = copies
+		f.Ev.Policies = copies
 	}
 	// hold waits until the apiserver's watch cache, and the copies when there are, hold the
 	// policies as they are now.
 	hold := func(policies ...string) {
 		t.Helper()
-		f.cached(t, policies...)
+		f.Cached(t, policies...)
 		if copies == nil {
 			return
 		}
 		testenv.Eventually(t, 10*time.Second, func() error {
 			for _, key := range policies {
 				ns, name, _ := strings.Cut(key, "/")
-				want := f.get(t, ns, name).ResourceVersion
+				want := f.Get(t, ns, name).ResourceVersion
 				if got, ok := copies.Get(ns, name); !ok || got.ResourceVersion != want {
 					return fmt.Errorf("the copy of %s is not at %s yet", key, want)
 				}
@@ -840,24 +841,24 @@ func testEvaluateRepository(t *testing.T, cached bool) {
 			return nil
 		})
 	}
-	blue := f.env.Namespace(t, map[string]string{"team": "blue"})
-	red := f.env.Namespace(t, map[string]string{"team": "red"})
-	f.repo(t, f.ns, "shared", "ghcr.io/org/shared", func(r *v1.ImageRepository) {
+	blue := f.Env.Namespace(t, map[string]string{"team": "blue"})
+	red := f.Env.Namespace(t, map[string]string{"team": "red"})
+	f.Repo(t, f.NS, "shared", "ghcr.io/org/shared", func(r *v1.ImageRepository) {
 		r.Spec.AccessFrom = &v1.AccessFrom{NamespaceSelectors: []v1.NamespaceSelector{{MatchLabels: map[string]string{"team": "blue"}}}}
 	})
-	f.repo(t, f.ns, "other", "ghcr.io/org/other")
-	f.put(t, f.ns, "shared", "1.0.0", "1.1.0", "2.0.0")
-	f.put(t, f.ns, "other", "1.0.0")
-	cross := v1.NamespacedObjectReference{Namespace: f.ns, Name: "shared"}
-	f.policy(t, f.ns, "a", v1.ImagePolicySpec{ImageRepositoryRef: refTo("shared"), Policy: semver("1.x")})
-	f.policy(t, f.ns, "b", v1.ImagePolicySpec{ImageRepositoryRef: refTo("shared"), Policy: semver("*")})
-	f.policy(t, f.ns, "c", v1.ImagePolicySpec{ImageRepositoryRef: refTo("other"), Policy: semver("*")})
-	f.policy(t, blue, "d", v1.ImagePolicySpec{ImageRepositoryRef: cross, Policy: alphabetical(v1.OrderDesc)})
-	f.policy(t, red, "e", v1.ImagePolicySpec{ImageRepositoryRef: cross, Policy: semver("*")})
-	f.policy(t, blue, "f", v1.ImagePolicySpec{ImageRepositoryRef: refTo("shared"), Policy: semver("*")})
-	hold(f.ns+"/a", f.ns+"/b", f.ns+"/c", blue+"/d", red+"/e", blue+"/f")
+	f.Repo(t, f.NS, "other", "ghcr.io/org/other")
+	f.Put(t, f.NS, "shared", "1.0.0", "1.1.0", "2.0.0")
+	f.Put(t, f.NS, "other", "1.0.0")
+	cross := v1.NamespacedObjectReference{Namespace: f.NS, Name: "shared"}
+	f.Policy(t, f.NS, "a", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("shared"), Policy: evaltest.Semver("1.x")})
+	f.Policy(t, f.NS, "b", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("shared"), Policy: evaltest.Semver("*")})
+	f.Policy(t, f.NS, "c", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("other"), Policy: evaltest.Semver("*")})
+	f.Policy(t, blue, "d", v1.ImagePolicySpec{ImageRepositoryRef: cross, Policy: evaltest.Alphabetical(v1.OrderDesc)})
+	f.Policy(t, red, "e", v1.ImagePolicySpec{ImageRepositoryRef: cross, Policy: evaltest.Semver("*")})
+	f.Policy(t, blue, "f", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("shared"), Policy: evaltest.Semver("*")})
+	hold(f.NS+"/a", f.NS+"/b", f.NS+"/c", blue+"/d", red+"/e", blue+"/f")
 
-	outs, err := f.ev.EvaluateRepository(context.Background(), f.ns, "shared")
+	outs, err := f.Ev.EvaluateRepository(context.Background(), f.NS, "shared")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -874,8 +875,8 @@ func testEvaluateRepository(t *testing.T, cached bool) {
 	}
 	slices.Sort(got)
 	want := []string{
-		f.ns + "/a succeeded 1.1.0",
-		f.ns + "/b succeeded 2.0.0",
+		f.NS + "/a succeeded 1.1.0",
+		f.NS + "/b succeeded 2.0.0",
 		blue + "/d succeeded 1.0.0",
 		red + "/e failed AccessDenied",
 	}
@@ -883,16 +884,16 @@ func testEvaluateRepository(t *testing.T, cached bool) {
 	if !slices.Equal(got, want) {
 		t.Errorf("outcomes\n%q\nwant\n%q", got, want)
 	}
-	if p := f.get(t, f.ns, "c"); len(p.Status.Conditions) != 0 {
+	if p := f.Get(t, f.NS, "c"); len(p.Status.Conditions) != 0 {
 		t.Errorf("a policy of another repository was evaluated: %+v", p.Status)
 	}
-	if p := f.get(t, blue, "f"); len(p.Status.Conditions) != 0 {
+	if p := f.Get(t, blue, "f"); len(p.Status.Conditions) != 0 {
 		t.Errorf("a policy of a same-named repository in its own namespace was evaluated: %+v", p.Status)
 	}
 
 	// The second pass is about the same tags once the cache holds the statuses just written.
-	hold(f.ns+"/a", f.ns+"/b", blue+"/d", red+"/e")
-	outs, err = f.ev.EvaluateRepository(context.Background(), f.ns, "shared")
+	hold(f.NS+"/a", f.NS+"/b", blue+"/d", red+"/e")
+	outs, err = f.Ev.EvaluateRepository(context.Background(), f.NS, "shared")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -911,20 +912,20 @@ func testEvaluateRepository(t *testing.T, cached bool) {
 // the winner's status, and both end at the same latestRef without errors.
 func TestEvaluateIntegrationConcurrentReplicas(t *testing.T) {
 	f := newEvalFixture(t)
-	f.repo(t, f.ns, "app", "ghcr.io/org/app")
+	f.Repo(t, f.NS, "app", "ghcr.io/org/app")
 	for i := range 4 {
-		f.policy(t, f.ns, fmt.Sprintf("p%d", i), v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*")})
+		f.Policy(t, f.NS, fmt.Sprintf("p%d", i), v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("*")})
 	}
-	f.cached(t, f.ns+"/p0", f.ns+"/p1", f.ns+"/p2", f.ns+"/p3")
-	replicas := []*reconcile.Evaluator{f.evaluator(t), f.evaluator(t)}
+	f.Cached(t, f.NS+"/p0", f.NS+"/p1", f.NS+"/p2", f.NS+"/p3")
+	replicas := []*reconcile.Evaluator{f.Evaluator(t), f.Evaluator(t)}
 	tags := []string{"1.0.0"}
 	for round := 1; round <= 5; round++ {
 		tags = append(tags, fmt.Sprintf("1.%d.0", round))
-		f.put(t, f.ns, "app", tags...)
+		f.Put(t, f.NS, "app", tags...)
 		errs := make(chan error, len(replicas))
 		for _, ev := range replicas {
 			go func() {
-				_, err := ev.EvaluateRepository(context.Background(), f.ns, "app")
+				_, err := ev.EvaluateRepository(context.Background(), f.NS, "app")
 				errs <- err
 			}()
 		}
@@ -934,13 +935,13 @@ func TestEvaluateIntegrationConcurrentReplicas(t *testing.T) {
 			}
 		}
 		for i := range 4 {
-			p := f.get(t, f.ns, fmt.Sprintf("p%d", i))
+			p := f.Get(t, f.NS, fmt.Sprintf("p%d", i))
 			want := fmt.Sprintf("1.%d.0", round)
 			if p.Status.LatestRef == nil || p.Status.LatestRef.Tag != want {
-				t.Fatalf("round %d, p%d: latestRef %s, want %s", round, i, refString(p.Status.LatestRef), want)
+				t.Fatalf("round %d, p%d: latestRef %s, want %s", round, i, evaltest.RefString(p.Status.LatestRef), want)
 			}
 			if round > 1 && (p.Status.ObservedPreviousRef == nil || p.Status.ObservedPreviousRef.Tag != fmt.Sprintf("1.%d.0", round-1)) {
-				t.Errorf("round %d, p%d: observedPreviousRef %s", round, i, refString(p.Status.ObservedPreviousRef))
+				t.Errorf("round %d, p%d: observedPreviousRef %s", round, i, evaltest.RefString(p.Status.ObservedPreviousRef))
 			}
 		}
 	}

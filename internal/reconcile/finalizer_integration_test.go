@@ -18,6 +18,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/reconcile/evaltest"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
@@ -61,7 +62,7 @@ func (d *inProcess) take() []string {
 // observed generations and transition times.
 func fluxRepository(t *testing.T, f *identityFixture, name string) {
 	t.Helper()
-	_, err := f.kube.Repositories.UpdateStatus(context.Background(), f.ns, name, func(r *v1.ImageRepository) error {
+	_, err := f.Kube.Repositories.UpdateStatus(context.Background(), f.NS, name, func(r *v1.ImageRepository) error {
 		canonical, err := reconcile.RepositoryIdentity(r)
 		if err != nil {
 			return err
@@ -90,14 +91,14 @@ func fluxRepository(t *testing.T, f *identityFixture, name string) {
 func fluxPolicy(t *testing.T, f *identityFixture, name, image string, finalizers ...string) {
 	t.Helper()
 	ctx := context.Background()
-	_, err := f.kube.Policies.Create(ctx, &v1.ImagePolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, Finalizers: finalizers},
-		Spec:       v1.ImagePolicySpec{ImageRepositoryRef: refTo(name), Policy: semver(">=1.0.0")},
+	_, err := f.Kube.Policies.Create(ctx, &v1.ImagePolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.NS, Name: name, Finalizers: finalizers},
+		Spec:       v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo(name), Policy: evaltest.Semver(">=1.0.0")},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.kube.Policies.UpdateStatus(ctx, f.ns, name, func(p *v1.ImagePolicy) error {
+	_, err = f.Kube.Policies.UpdateStatus(ctx, f.NS, name, func(p *v1.ImagePolicy) error {
 		p.Status = v1.ImagePolicyStatus{
 			LatestRef:          &v1.ImageRef{Name: image, Tag: "1.0.0"},
 			ObservedGeneration: p.Generation,
@@ -122,8 +123,8 @@ func fluxPolicy(t *testing.T, f *identityFixture, name, image string, finalizers
 // took the repository's tags out of the store.
 func TestFinalizerIntegrationFluxObjects(t *testing.T) {
 	f := newIdentityFixture(t)
-	f.scanner.Log = slog.New(slog.NewJSONHandler(f.logs, nil))
-	f.scanner.Recorder = f.rec
+	f.scanner.Log = slog.New(slog.NewJSONHandler(f.Logs, nil))
+	f.scanner.Recorder = f.Rec
 	ctx := context.Background()
 	reg := testenv.NewRegistry(t)
 	reg.Push(t, "app", "1.0.0", "1.1.0")
@@ -132,7 +133,7 @@ func TestFinalizerIntegrationFluxObjects(t *testing.T) {
 	// "solo" holds only Flux's finalizer, "shared" another controller's too.
 	holders := map[string][]string{"solo": {v1.ImageFinalizer}, "shared": {keepFinalizer, v1.ImageFinalizer}}
 	for _, name := range []string{"solo", "shared"} {
-		f.repo(t, f.ns, name, image, func(r *v1.ImageRepository) {
+		f.Repo(t, f.NS, name, image, func(r *v1.ImageRepository) {
 			r.Spec.Insecure = true
 			r.Finalizers = holders[name]
 		})
@@ -142,10 +143,10 @@ func TestFinalizerIntegrationFluxObjects(t *testing.T) {
 
 	// Reconciled as reflector's own: the status keeps Flux's shape, the finalizer stays.
 	for _, name := range []string{"solo", "shared"} {
-		if out, err := f.scanner.Scan(ctx, f.ns, name, nil); err != nil || out.Failure != "" || out.TagCount != 2 || !out.Changed {
+		if out, err := f.scanner.Scan(ctx, f.NS, name, nil); err != nil || out.Failure != "" || out.TagCount != 2 || !out.Changed {
 			t.Fatalf("scan of %s: %+v, %v", name, out, err)
 		}
-		r, err := f.kube.Repositories.Get(ctx, f.ns, name)
+		r, err := f.Kube.Repositories.Get(ctx, f.NS, name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,15 +160,15 @@ func TestFinalizerIntegrationFluxObjects(t *testing.T) {
 			t.Errorf("%s: finalizers %v after a scan, want %v", name, r.Finalizers, holders[name])
 		}
 
-		out, err := f.ev.Evaluate(ctx, f.ns, name)
+		out, err := f.Ev.Evaluate(ctx, f.NS, name)
 		want := &v1.ImageRef{Name: image, Tag: "1.1.0"}
-		if err != nil || out.Result != reconcile.PolicySucceeded || !sameRef(out.Latest, want) || !out.Changed {
+		if err != nil || out.Result != reconcile.PolicySucceeded || !evaltest.SameRef(out.Latest, want) || !out.Changed {
 			t.Fatalf("evaluation of %s: %+v, %v", name, out, err)
 		}
-		p := f.get(t, f.ns, name)
-		checkReady(t, p, wantReady{metav1.ConditionTrue, v1.SucceededReason, "Latest image tag for '" + image + "' updated from 1.0.0 to 1.1.0", false})
+		p := f.Get(t, f.NS, name)
+		evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "Latest image tag for '" + image + "' updated from 1.0.0 to 1.1.0", Stalled: false})
 		if prev := p.Status.ObservedPreviousRef; prev == nil || prev.Tag != "1.0.0" {
-			t.Errorf("%s: observedPreviousRef %s, want Flux's latestRef", name, refString(prev))
+			t.Errorf("%s: observedPreviousRef %s, want Flux's latestRef", name, evaltest.RefString(prev))
 		}
 		if !slices.Equal(p.Finalizers, holders[name]) {
 			t.Errorf("%s: finalizers %v after an evaluation, want %v", name, p.Finalizers, holders[name])
@@ -176,39 +177,39 @@ func TestFinalizerIntegrationFluxObjects(t *testing.T) {
 
 	// "successor": a deleted repository whose store key already holds the tags of a later
 	// object of the same name keeps those tags.
-	f.repo(t, f.ns, "successor", image, func(r *v1.ImageRepository) {
+	f.Repo(t, f.NS, "successor", image, func(r *v1.ImageRepository) {
 		r.Spec.Insecure = true
 		r.Finalizers = []string{v1.ImageFinalizer}
 	})
-	later := store.Identity{UID: "later-object", Image: f.ids[reconcile.StoreKey(f.ns, "successor")].Image}
-	if _, _, err := f.writer.Put(ctx, reconcile.StoreKey(f.ns, "successor"), later, []string{"9.9.9"}, time.Now()); err != nil {
+	later := store.Identity{UID: "later-object", Image: f.IDs[reconcile.StoreKey(f.NS, "successor")].Image}
+	if _, _, err := f.Writer.Put(ctx, reconcile.StoreKey(f.NS, "successor"), later, []string{"9.9.9"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 
 	for _, name := range []string{"solo", "shared", "successor"} {
-		if err := f.kube.Repositories.Delete(ctx, f.ns, name); err != nil {
+		if err := f.Kube.Repositories.Delete(ctx, f.NS, name); err != nil {
 			t.Fatal(err)
 		}
 		if name != "successor" {
-			if err := f.kube.Policies.Delete(ctx, f.ns, name); err != nil {
+			if err := f.Kube.Policies.Delete(ctx, f.NS, name); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	// Flux's finalizer holds them until someone removes it.
-	if _, err := f.kube.Repositories.Get(ctx, f.ns, "solo"); err != nil {
+	if _, err := f.Kube.Repositories.Get(ctx, f.NS, "solo"); err != nil {
 		t.Fatalf("a repository holding Flux's finalizer is gone before reflector saw it: %v", err)
 	}
 
-	scans := &inProcess{ns: f.ns, do: func(ctx context.Context, ns, name string) error {
+	scans := &inProcess{ns: f.NS, do: func(ctx context.Context, ns, name string) error {
 		_, err := f.scanner.Scan(ctx, ns, name, nil)
 		return err
 	}}
-	evaluations := &inProcess{ns: f.ns, do: func(ctx context.Context, ns, name string) error {
-		_, err := f.ev.Evaluate(ctx, ns, name)
+	evaluations := &inProcess{ns: f.NS, do: func(ctx context.Context, ns, name string) error {
+		_, err := f.Ev.Evaluate(ctx, ns, name)
 		return err
 	}}
-	pass := &reconcile.Pass{Kube: f.kube, Scan: scans, Policy: evaluations, Period: time.Minute}
+	pass := &reconcile.Pass{Kube: f.Kube, Scan: scans, Policy: evaluations, Period: time.Minute}
 	if sum, err := pass.Run(ctx); err != nil || sum.Failed != 0 {
 		t.Fatalf("pass: %+v, %v", sum, err)
 	}
@@ -227,28 +228,28 @@ func TestFinalizerIntegrationFluxObjects(t *testing.T) {
 	}
 
 	for _, name := range []string{"solo", "successor"} {
-		if _, err := f.kube.Repositories.Get(ctx, f.ns, name); !apierrors.IsNotFound(err) {
+		if _, err := f.Kube.Repositories.Get(ctx, f.NS, name); !apierrors.IsNotFound(err) {
 			t.Errorf("ImageRepository %s after the pass: %v, want it gone", name, err)
 		}
 	}
-	if _, err := f.kube.Policies.Get(ctx, f.ns, "solo"); !apierrors.IsNotFound(err) {
+	if _, err := f.Kube.Policies.Get(ctx, f.NS, "solo"); !apierrors.IsNotFound(err) {
 		t.Errorf("ImagePolicy solo after the pass: %v, want it gone", err)
 	}
-	r, err := f.kube.Repositories.Get(ctx, f.ns, "shared")
+	r, err := f.Kube.Repositories.Get(ctx, f.NS, "shared")
 	if err != nil || !slices.Equal(r.Finalizers, []string{keepFinalizer}) {
 		t.Errorf("ImageRepository shared after the pass: finalizers %v, %v; want only %s", r.Finalizers, err, keepFinalizer)
 	}
-	if p := f.get(t, f.ns, "shared"); !slices.Equal(p.Finalizers, []string{keepFinalizer}) {
+	if p := f.Get(t, f.NS, "shared"); !slices.Equal(p.Finalizers, []string{keepFinalizer}) {
 		t.Errorf("ImagePolicy shared after the pass: finalizers %v, want only %s", p.Finalizers, keepFinalizer)
 	}
 
 	// The deleted repositories' tags are gone from the store; a later object's are not.
 	for _, name := range []string{"solo", "shared"} {
-		if _, err := f.writer.Get(ctx, reconcile.StoreKey(f.ns, name), f.ids[reconcile.StoreKey(f.ns, name)]); !errors.Is(err, store.ErrNotFound) {
+		if _, err := f.Writer.Get(ctx, reconcile.StoreKey(f.NS, name), f.IDs[reconcile.StoreKey(f.NS, name)]); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("store entry of %s: %v, want none", name, err)
 		}
 	}
-	if e, err := f.writer.Get(ctx, reconcile.StoreKey(f.ns, "successor"), later); err != nil || !slices.Equal(e.Tags, []string{"9.9.9"}) {
+	if e, err := f.Writer.Get(ctx, reconcile.StoreKey(f.NS, "successor"), later); err != nil || !slices.Equal(e.Tags, []string{"9.9.9"}) {
 		t.Errorf("store entry of a later object named successor: %+v, %v; want it kept", e, err)
 	}
 
@@ -260,10 +261,10 @@ func TestFinalizerIntegrationFluxObjects(t *testing.T) {
 		t.Errorf("dispatched again: %q", got)
 	}
 	// The removal is logged, not announced as an Event.
-	if n := strings.Count(f.logs.String(), fmt.Sprintf(`"finalizer_removed":%q`, v1.ImageFinalizer)); n != 5 {
-		t.Errorf("%d log lines tell of a removal, want 5: %s", n, f.logs)
+	if n := strings.Count(f.Logs.String(), fmt.Sprintf(`"finalizer_removed":%q`, v1.ImageFinalizer)); n != 5 {
+		t.Errorf("%d log lines tell of a removal, want 5: %s", n, f.Logs)
 	}
-	list, err := f.kube.Events.List(ctx, f.ns, metav1.ListOptions{})
+	list, err := f.Kube.Events.List(ctx, f.NS, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/fluxevent"
 	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/reconcile/evaltest"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
@@ -189,36 +190,36 @@ func TestFluxEventsIntegrationScan(t *testing.T) {
 func TestFluxEventsIntegrationEvaluate(t *testing.T) {
 	f := newEvalFixture(t)
 	nc := newFluxReceiver(t)
-	f.ev.Recorder = nc.recorder(t, f.kube, "reflector-policy")
-	f.repo(t, f.ns, "app", "ghcr.io/org/app")
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
-	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("^1")})
+	f.Ev.Recorder = nc.recorder(t, f.Kube, "reflector-policy")
+	f.Repo(t, f.NS, "app", "ghcr.io/org/app")
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0")
+	f.Policy(t, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("^1")})
 
-	f.evaluate(t, f.ns, "app")
-	got := nc.wait(t, v1.ImagePolicyKind, f.ns, "app", 1)
-	checkFluxEvent(t, got[0], fluxEvent{v1.ImagePolicyKind, f.ns, "app", eventv1.EventSeverityInfo, v1.SucceededReason, "Latest image tag for 'ghcr.io/org/app' resolved to 1.1.0", nil})
+	f.Evaluate(t, f.NS, "app")
+	got := nc.wait(t, v1.ImagePolicyKind, f.NS, "app", 1)
+	checkFluxEvent(t, got[0], fluxEvent{v1.ImagePolicyKind, f.NS, "app", eventv1.EventSeverityInfo, v1.SucceededReason, "Latest image tag for 'ghcr.io/org/app' resolved to 1.1.0", nil})
 	if got[0].Action != fluxevent.ActionSelectImage {
 		t.Errorf("action %q", got[0].Action)
 	}
 
 	// The same result again is not posted; a new latest image is.
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0", "0.9.0")
-	f.evaluate(t, f.ns, "app")
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0", "1.2.0")
-	f.evaluate(t, f.ns, "app")
-	got = nc.wait(t, v1.ImagePolicyKind, f.ns, "app", 2)
-	checkFluxEvent(t, got[1], fluxEvent{v1.ImagePolicyKind, f.ns, "app", eventv1.EventSeverityInfo, v1.SucceededReason, "Latest image tag for 'ghcr.io/org/app' updated from 1.1.0 to 1.2.0", nil})
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0", "0.9.0")
+	f.Evaluate(t, f.NS, "app")
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0", "1.2.0")
+	f.Evaluate(t, f.NS, "app")
+	got = nc.wait(t, v1.ImagePolicyKind, f.NS, "app", 2)
+	checkFluxEvent(t, got[1], fluxEvent{v1.ImagePolicyKind, f.NS, "app", eventv1.EventSeverityInfo, v1.SucceededReason, "Latest image tag for 'ghcr.io/org/app' updated from 1.1.0 to 1.2.0", nil})
 
 	// A failed evaluation is posted with severity error.
-	f.policy(t, f.ns, "orphan", v1.ImagePolicySpec{ImageRepositoryRef: refTo("missing"), Policy: semver("^1")})
-	f.evaluate(t, f.ns, "orphan")
-	got = nc.wait(t, v1.ImagePolicyKind, f.ns, "orphan", 1)
-	checkFluxEvent(t, got[0], fluxEvent{v1.ImagePolicyKind, f.ns, "orphan", eventv1.EventSeverityError, v1.DependencyNotReadyReason, "referenced ImageRepository " + f.ns + "/missing does not exist", nil})
+	f.Policy(t, f.NS, "orphan", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("missing"), Policy: evaltest.Semver("^1")})
+	f.Evaluate(t, f.NS, "orphan")
+	got = nc.wait(t, v1.ImagePolicyKind, f.NS, "orphan", 1)
+	checkFluxEvent(t, got[0], fluxEvent{v1.ImagePolicyKind, f.NS, "orphan", eventv1.EventSeverityError, v1.DependencyNotReadyReason, "referenced ImageRepository " + f.NS + "/missing does not exist", nil})
 
-	f.policy(t, f.ns, "none", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("^7")})
-	f.evaluate(t, f.ns, "none")
-	got = nc.wait(t, v1.ImagePolicyKind, f.ns, "none", 1)
-	checkFluxEvent(t, got[0], fluxEvent{v1.ImagePolicyKind, f.ns, "none", eventv1.EventSeverityError, v1.FailureReason, "", nil})
+	f.Policy(t, f.NS, "none", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("^7")})
+	f.Evaluate(t, f.NS, "none")
+	got = nc.wait(t, v1.ImagePolicyKind, f.NS, "none", 1)
+	checkFluxEvent(t, got[0], fluxEvent{v1.ImagePolicyKind, f.NS, "none", eventv1.EventSeverityError, v1.FailureReason, "", nil})
 }
 
 // A notification-controller that takes the request and never answers holds up no scan.

@@ -11,6 +11,7 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/reconcile/evaltest"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -28,32 +29,32 @@ func newIdentityFixture(t *testing.T) *identityFixture {
 	t.Helper()
 	f := newEvalFixture(t)
 	return &identityFixture{evalFixture: f, scanner: &reconcile.Scanner{
-		Kube: f.kube, Registry: registry.New(registry.WithRateLimit(0, 0)), Store: f.writer,
+		Kube: f.Kube, Registry: registry.New(registry.WithRateLimit(0, 0)), Store: f.Writer,
 	}}
 }
 
 // createRepo creates the ImageRepository app of image, on a plain-HTTP registry.
 func (f *identityFixture) createRepo(t *testing.T, image string) *v1.ImageRepository {
 	t.Helper()
-	return f.repo(t, f.ns, "app", image, func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+	return f.Repo(t, f.NS, "app", image, func(r *v1.ImageRepository) { r.Spec.Insecure = true })
 }
 
 // editRepo changes the spec of the ImageRepository app, which raises its generation.
 func (f *identityFixture) editRepo(t *testing.T, change func(*v1.ImageRepositorySpec)) {
 	t.Helper()
-	r, err := f.kube.Repositories.Get(context.Background(), f.ns, "app")
+	r, err := f.Kube.Repositories.Get(context.Background(), f.NS, "app")
 	if err != nil {
 		t.Fatal(err)
 	}
 	change(&r.Spec)
-	if _, err := f.kube.Repositories.Update(context.Background(), r); err != nil {
+	if _, err := f.Kube.Repositories.Update(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func (f *identityFixture) scan(t *testing.T, hint *reconcile.Hint) reconcile.ScanOutcome {
 	t.Helper()
-	out, err := f.scanner.Scan(context.Background(), f.ns, "app", hint)
+	out, err := f.scanner.Scan(context.Background(), f.NS, "app", hint)
 	if err != nil {
 		t.Fatalf("Scan: %v", err)
 	}
@@ -63,8 +64,8 @@ func (f *identityFixture) scan(t *testing.T, hint *reconcile.Hint) reconcile.Sca
 // resolve creates the ImagePolicy app (semver *) and evaluates it to want, a first time.
 func (f *identityFixture) resolve(t *testing.T, want *v1.ImageRef) {
 	t.Helper()
-	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*")})
-	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySucceeded || !sameRef(out.Latest, want) {
+	f.Policy(t, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("*")})
+	if out := f.Evaluate(t, f.NS, "app"); out.Result != reconcile.PolicySucceeded || !evaltest.SameRef(out.Latest, want) {
 		t.Fatalf("first evaluation: %+v, want %s", out, want)
 	}
 }
@@ -74,24 +75,24 @@ func (f *identityFixture) resolve(t *testing.T, want *v1.ImageRef) {
 // for something else than the repository as it is now are never used.
 func (f *identityFixture) checkWaits(t *testing.T, kept *v1.ImageRef) {
 	t.Helper()
-	announced := len(f.sink.about(f.ns, "app"))
-	out := f.evaluate(t, f.ns, "app")
-	if out.Result != reconcile.PolicyFailed || out.Reason != v1.DependencyNotReadyReason || !sameRef(out.Latest, kept) {
+	announced := len(f.Sink.About(f.NS, "app"))
+	out := f.Evaluate(t, f.NS, "app")
+	if out.Result != reconcile.PolicyFailed || out.Reason != v1.DependencyNotReadyReason || !evaltest.SameRef(out.Latest, kept) {
 		t.Errorf("evaluation: %+v, want %s with latestRef %s kept", out, v1.DependencyNotReadyReason, kept)
 	}
-	outs, err := f.ev.EvaluateRepository(context.Background(), f.ns, "app")
+	outs, err := f.Ev.EvaluateRepository(context.Background(), f.NS, "app")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(outs) != 1 || outs[0].Result != reconcile.PolicyFailed || !sameRef(outs[0].Latest, kept) {
+	if len(outs) != 1 || outs[0].Result != reconcile.PolicyFailed || !evaltest.SameRef(outs[0].Latest, kept) {
 		t.Errorf("evaluation of the repository's policies: %+v", outs)
 	}
-	p := f.get(t, f.ns, "app")
-	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.DependencyNotReadyReason, "waiting for a scan of its current spec", false})
-	if !sameRef(p.Status.LatestRef, kept) {
-		t.Errorf("latestRef %s, want %s kept", refString(p.Status.LatestRef), kept)
+	p := f.Get(t, f.NS, "app")
+	evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionFalse, Reason: v1.DependencyNotReadyReason, Msg: "waiting for a scan of its current spec", Stalled: false})
+	if !evaltest.SameRef(p.Status.LatestRef, kept) {
+		t.Errorf("latestRef %s, want %s kept", evaltest.RefString(p.Status.LatestRef), kept)
 	}
-	if got := f.sink.about(f.ns, "app"); len(got) != announced {
+	if got := f.Sink.About(f.NS, "app"); len(got) != announced {
 		t.Errorf("LatestChanged announced %+v while waiting", got[announced:])
 	}
 }
@@ -111,7 +112,7 @@ func TestIdentityIntegrationRecreatedRepository(t *testing.T) {
 	old := &v1.ImageRef{Name: reg.Image("old"), Tag: "2.0.0"}
 	f.resolve(t, old)
 
-	if err := f.kube.Repositories.Delete(ctx, f.ns, "app"); err != nil {
+	if err := f.Kube.Repositories.Delete(ctx, f.NS, "app"); err != nil {
 		t.Fatal(err)
 	}
 	f.createRepo(t, reg.Image("new"))
@@ -123,7 +124,7 @@ func TestIdentityIntegrationRecreatedRepository(t *testing.T) {
 		t.Fatalf("first scan of the new object: %+v", out)
 	}
 	want := &v1.ImageRef{Name: reg.Image("new"), Tag: "0.1.0"}
-	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySucceeded || !sameRef(out.Latest, want) {
+	if out := f.Evaluate(t, f.NS, "app"); out.Result != reconcile.PolicySucceeded || !evaltest.SameRef(out.Latest, want) {
 		t.Errorf("after the scan: %+v, want %s", out, want)
 	}
 }
@@ -156,8 +157,8 @@ func TestIdentityIntegrationImageEditedScanFails(t *testing.T) {
 	f.checkWaits(t, old)
 
 	auth := base64.StdEncoding.EncodeToString([]byte("robot:s3cret"))
-	_, err := f.kube.Secrets.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "locked"},
+	_, err := f.Kube.Secrets.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.NS, Name: "locked"},
 		Type:       corev1.SecretTypeDockerConfigJson,
 		Data: map[string][]byte{
 			corev1.DockerConfigJsonKey: fmt.Appendf(nil, `{"auths":{%q:{"auth":%q}}}`, locked.Host(), auth),
@@ -171,7 +172,7 @@ func TestIdentityIntegrationImageEditedScanFails(t *testing.T) {
 		t.Fatalf("scan with credentials: %+v", out)
 	}
 	want := &v1.ImageRef{Name: locked.Image("app"), Tag: "0.5.0"}
-	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySucceeded || !sameRef(out.Latest, want) {
+	if out := f.Evaluate(t, f.NS, "app"); out.Result != reconcile.PolicySucceeded || !evaltest.SameRef(out.Latest, want) {
 		t.Errorf("after the scan with credentials: %+v, want %s", out, want)
 	}
 }
@@ -188,7 +189,7 @@ func TestIdentityIntegrationExclusionListEdited(t *testing.T) {
 	f.scan(t, nil)
 	latest := &v1.ImageRef{Name: reg.Image("app"), Tag: "2.0.0"}
 	f.resolve(t, latest)
-	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicyUnchanged {
+	if out := f.Evaluate(t, f.NS, "app"); out.Result != reconcile.PolicyUnchanged {
 		t.Fatalf("second evaluation from the same inputs: %+v", out)
 	}
 
@@ -199,7 +200,7 @@ func TestIdentityIntegrationExclusionListEdited(t *testing.T) {
 		t.Fatalf("scan under the new exclusion list: %+v", out)
 	}
 	want := &v1.ImageRef{Name: reg.Image("app"), Tag: "1.0.0"}
-	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySucceeded || !sameRef(out.Latest, want) {
+	if out := f.Evaluate(t, f.NS, "app"); out.Result != reconcile.PolicySucceeded || !evaltest.SameRef(out.Latest, want) {
 		t.Fatalf("after the scan: %+v, want %s", out, want)
 	}
 
@@ -210,7 +211,7 @@ func TestIdentityIntegrationExclusionListEdited(t *testing.T) {
 	if !out.Changed || out.Revision != store.RevisionOf([]string{"1.0.0"}) {
 		t.Fatalf("scan that kept the same tags: %+v, want changed", out)
 	}
-	if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySucceeded || !sameRef(out.Latest, want) {
+	if out := f.Evaluate(t, f.NS, "app"); out.Result != reconcile.PolicySucceeded || !evaltest.SameRef(out.Latest, want) {
 		t.Errorf("after the second scan: %+v, want %s", out, want)
 	}
 }
@@ -227,10 +228,10 @@ func TestIdentityIntegrationPushNeedsListOfSameIdentity(t *testing.T) {
 	repo := f.createRepo(t, reg.Image("app"))
 	f.scan(t, nil)
 
-	key := reconcile.StoreKey(f.ns, "app")
-	foreign := identity(t, repo)
+	key := reconcile.StoreKey(f.NS, "app")
+	foreign := evaltest.Identity(t, repo)
 	foreign.UID = "an-earlier-object"
-	if _, _, err := f.writer.Put(ctx, key, foreign, []string{"9.9.9"}, repo.CreationTimestamp.Time); err != nil {
+	if _, _, err := f.Writer.Put(ctx, key, foreign, []string{"9.9.9"}, repo.CreationTimestamp.Time); err != nil {
 		t.Fatal(err)
 	}
 	reg.Push(t, "app", "1.1.0")
@@ -238,7 +239,7 @@ func TestIdentityIntegrationPushNeedsListOfSameIdentity(t *testing.T) {
 	if out.Incremental || !out.Changed || out.TagCount != 2 {
 		t.Fatalf("push onto a list of another identity: %+v, want a full listing", out)
 	}
-	e, err := f.writer.Get(ctx, key, identity(t, repo))
+	e, err := f.Writer.Get(ctx, key, evaltest.Identity(t, repo))
 	if err != nil || fmt.Sprint(e.Tags) != "[1.0.0 1.1.0]" {
 		t.Errorf("stored %v, %v", e.Tags, err)
 	}

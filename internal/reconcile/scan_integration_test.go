@@ -20,6 +20,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/reconcile/evaltest"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -79,7 +80,7 @@ func (f *scanFixture) get(t *testing.T, name string) *v1.ImageRepository {
 // identity returns the identity of the repository name as it is now.
 func (f *scanFixture) identity(t *testing.T, name string) store.Identity {
 	t.Helper()
-	return identity(t, f.get(t, name))
+	return evaltest.Identity(t, f.get(t, name))
 }
 
 func (f *scanFixture) tagListings() int {
@@ -464,7 +465,7 @@ func TestScanIntegrationDeletedRepositoryLosesItsEntry(t *testing.T) {
 	f := newScanFixture(t)
 	ctx := context.Background()
 	f.reg.Push(t, "gone", "1.0.0")
-	gone := identity(t, f.createRepo(t, "gone"))
+	gone := evaltest.Identity(t, f.createRepo(t, "gone"))
 	if _, err := f.scanner.Scan(ctx, f.ns, "gone", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -593,7 +594,7 @@ func TestScanIntegrationJoin(t *testing.T) {
 	if got := repo.Status.LastHandledReconcileAt; got != "second" {
 		t.Errorf("lastHandledReconcileAt %q, want the follow-up's second", got)
 	}
-	entry, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, "join"), identity(t, repo))
+	entry, err := f.store.Get(ctx, reconcile.StoreKey(f.ns, "join"), evaltest.Identity(t, repo))
 	if err != nil {
 		t.Fatal(err)
 	}

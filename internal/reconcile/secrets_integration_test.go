@@ -19,6 +19,7 @@ import (
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/reconcile/evaltest"
 	"github.com/imagereflector/reflector/internal/registry"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
@@ -161,7 +162,7 @@ func TestScanIntegrationKeepsSecretsOut(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: repo},
 			Spec: v1.ImagePolicySpec{
 				ImageRepositoryRef:     v1.NamespacedObjectReference{Name: repo},
-				Policy:                 semver(">=1.0.0"),
+				Policy:                 evaltest.Semver(">=1.0.0"),
 				DigestReflectionPolicy: v1.ReflectAlways,
 				Interval:               &metav1.Duration{Duration: time.Hour},
 			},

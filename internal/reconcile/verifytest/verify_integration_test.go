@@ -1,4 +1,4 @@
-package reconcile_test
+package verifytest_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/reconcile/evaltest"
 	"github.com/imagereflector/reflector/internal/signature"
 	"github.com/imagereflector/reflector/internal/testenv"
 	"github.com/imagereflector/reflector/internal/testenv/signing"
@@ -38,10 +39,10 @@ func newVerifyFixture(t *testing.T, opts ...testenv.RegistryOption) *verifyFixtu
 	t.Helper()
 	f := &verifyFixture{evalFixture: newEvalFixture(t), reg: testenv.NewRegistry(t, opts...),
 		trusted: signing.NewCosignKey(t), other: signing.NewCosignKey(t), now: time.Now()}
-	f.ev.Verifier = func(spec *v1.OCIRepositoryVerification, data map[string][]byte) (reconcile.ImageVerifier, error) {
+	f.Ev.Verifier = func(spec *v1.OCIRepositoryVerification, data map[string][]byte) (reconcile.ImageVerifier, error) {
 		return signature.New(spec, data)
 	}
-	f.ev.Now = func() time.Time {
+	f.Ev.Now = func() time.Time {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return f.now
@@ -58,8 +59,8 @@ func (f *verifyFixture) advance(d time.Duration) {
 
 func (f *verifyFixture) secret(t *testing.T, name string, data map[string][]byte) {
 	t.Helper()
-	_, err := f.kube.Secrets.Create(context.Background(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}, Data: data})
+	_, err := f.Kube.Secrets.Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.NS, Name: name}, Data: data})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,20 +70,20 @@ func (f *verifyFixture) secret(t *testing.T, name string, data map[string][]byte
 // of the same name over it that verifies with the Secret secret.
 func (f *verifyFixture) verifiedPolicy(t *testing.T, name, secret string) {
 	t.Helper()
-	f.repo(t, f.ns, name, f.reg.Image(name), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
-	f.policy(t, f.ns, name, v1.ImagePolicySpec{ImageRepositoryRef: refTo(name), Policy: semver("*"),
+	f.Repo(t, f.NS, name, f.reg.Image(name), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+	f.Policy(t, f.NS, name, v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo(name), Policy: evaltest.Semver("*"),
 		Verify: &v1.OCIRepositoryVerification{Provider: "cosign", SecretRef: &v1.LocalObjectReference{Name: secret}}})
 }
 
 // request annotates a policy with a new reconcile request, so that it is evaluated again.
 func (f *verifyFixture) request(t *testing.T, name, token string) {
 	t.Helper()
-	p := f.get(t, f.ns, name)
+	p := f.Get(t, f.NS, name)
 	if p.Annotations == nil {
 		p.Annotations = map[string]string{}
 	}
 	p.Annotations[v1.ReconcileRequestAnnotation] = token
-	if _, err := f.kube.Policies.Update(context.Background(), p); err != nil {
+	if _, err := f.Kube.Policies.Update(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -113,9 +114,9 @@ func TestIntegrationVerifiedSelection(t *testing.T) {
 			f.verifiedPolicy(t, "app", "cosign-keys")
 			tags := []string{"1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0",
 				strings.Replace(d100, ":", "-", 1) + ".sig", strings.Replace(d110, ":", "-", 1)}
-			f.put(t, f.ns, "app", tags...)
+			f.Put(t, f.NS, "app", tags...)
 
-			p := f.evaluateSkips(t, f.ns, "app", "1.1.0")
+			p := f.evaluateSkips(t, f.NS, "app", "1.1.0")
 			ready := readyMessage(p)
 			for _, want := range []string{"1.5.0 (", "no signature bundle verifies", "1.4.0 (the signature is over another digest",
 				"1.3.0 (signed, but no signature verifies with the trusted keys", "1.2.0 (not signed)"} {
@@ -123,12 +124,12 @@ func TestIntegrationVerifiedSelection(t *testing.T) {
 					t.Errorf("Ready message %q does not say %q", ready, want)
 				}
 			}
-			f.waitEvent(t, "app", corev1.EventTypeWarning, v1.VerificationErrorReason, "1.2.0 (not signed)")
+			f.WaitEvent(t, "app", corev1.EventTypeWarning, v1.VerificationErrorReason, "1.2.0 (not signed)")
 
 			// Evaluating the unchanged repository again costs no registry request.
 			before := reg.RequestCount()
 			f.request(t, "app", "again")
-			if out := f.evaluate(t, f.ns, "app"); out.Result != reconcile.PolicySucceeded || out.Latest.Tag != "1.1.0" {
+			if out := f.Evaluate(t, f.NS, "app"); out.Result != reconcile.PolicySucceeded || out.Latest.Tag != "1.1.0" {
 				t.Fatalf("second outcome %+v", out)
 			}
 			if n := reg.RequestCount() - before; n != 0 {
@@ -137,18 +138,18 @@ func TestIntegrationVerifiedSelection(t *testing.T) {
 
 			// An unsigned newer tag does not move latestRef, neither up nor back.
 			reg.Push(t, "app", "2.0.0")
-			f.put(t, f.ns, "app", append(tags, "2.0.0")...)
-			if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" || out.Changed {
+			f.Put(t, f.NS, "app", append(tags, "2.0.0")...)
+			if out := f.Evaluate(t, f.NS, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" || out.Changed {
 				t.Fatalf("after an unsigned 2.0.0: %+v, want 1.1.0 kept", out)
 			}
 			// Signed a moment later, it is taken once the refusal is no longer remembered.
 			signing.Legacy(t, signing.In(reg, "app", reg.ImageDigest(t, "app", "2.0.0")), f.trusted)
 			f.advance(reconcile.UnverifiedTTL)
 			f.request(t, "app", "signed")
-			if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "2.0.0" || !out.Changed {
+			if out := f.Evaluate(t, f.NS, "app"); out.Latest == nil || out.Latest.Tag != "2.0.0" || !out.Changed {
 				t.Fatalf("after signing 2.0.0: %+v, want 2.0.0", out)
 			}
-			checkReady(t, f.get(t, f.ns, "app"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "updated from 1.1.0 to 2.0.0", false})
+			evaltest.CheckReady(t, f.Get(t, f.NS, "app"), evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "updated from 1.1.0 to 2.0.0", Stalled: false})
 		})
 	}
 }
@@ -158,13 +159,13 @@ func TestIntegrationVerifiedSelectionNoneVerifies(t *testing.T) {
 	f.reg.Push(t, "app", "1.0.0")
 	signing.Legacy(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.1.0")), f.other)
 	f.verifiedPolicy(t, "app", "cosign-keys")
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0")
 	kept := &v1.ImageRef{Name: f.reg.Image("app"), Tag: "0.9.0"}
-	f.seed(t, f.ns, "app", kept)
+	f.Seed(t, f.NS, "app", kept)
 
-	p := f.evaluateKeeps(t, f.ns, "app", kept)
-	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.VerificationErrorReason, "no signature verifies for any of the 2 best tags, so latestRef is kept: 1.1.0 (signed, but no signature verifies with the trusted keys), 1.0.0 (not signed)", false})
-	f.waitEvent(t, "app", corev1.EventTypeWarning, v1.VerificationErrorReason, "no signature verifies")
+	p := f.evaluateKeeps(t, f.NS, "app", kept)
+	evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionFalse, Reason: v1.VerificationErrorReason, Msg: "no signature verifies for any of the 2 best tags, so latestRef is kept: 1.1.0 (signed, but no signature verifies with the trusted keys), 1.0.0 (not signed)", Stalled: false})
+	f.WaitEvent(t, "app", corev1.EventTypeWarning, v1.VerificationErrorReason, "no signature verifies")
 }
 
 // TestIntegrationVerifiedSelectionAtMostTenChecked pushes more unsigned tags than one evaluation
@@ -179,7 +180,7 @@ func TestIntegrationVerifiedSelectionAtMostTenChecked(t *testing.T) {
 		tags = append(tags, tag)
 	}
 	f.verifiedPolicy(t, "app", "cosign-keys")
-	f.put(t, f.ns, "app", tags...)
+	f.Put(t, f.NS, "app", tags...)
 	heads := func() int {
 		n := 0
 		for _, r := range f.reg.Requests() {
@@ -189,7 +190,7 @@ func TestIntegrationVerifiedSelectionAtMostTenChecked(t *testing.T) {
 		}
 		return n
 	}
-	out := f.evaluate(t, f.ns, "app")
+	out := f.Evaluate(t, f.NS, "app")
 	if out.Result != reconcile.PolicyFailed || out.Reason != v1.VerificationErrorReason {
 		t.Fatalf("outcome %+v, want VerificationError", out)
 	}
@@ -203,14 +204,14 @@ func TestIntegrationVerifiedSelectionBadKeys(t *testing.T) {
 	f.secret(t, "bad-keys", map[string][]byte{"cosign.pub": []byte("-----BEGIN EC PRIVATE KEY-----\nc2VjcmV0LWtleS1tYXRlcmlhbA==\n-----END EC PRIVATE KEY-----\n")})
 	f.reg.Push(t, "app", "1.0.0")
 	f.verifiedPolicy(t, "app", "bad-keys")
-	f.put(t, f.ns, "app", "1.0.0")
+	f.Put(t, f.NS, "app", "1.0.0")
 	before := f.reg.RequestCount()
-	out := f.evaluate(t, f.ns, "app")
+	out := f.Evaluate(t, f.NS, "app")
 	if out.Result != reconcile.PolicyStalled {
 		t.Fatalf("outcome %+v, want Stalled", out)
 	}
-	p := f.get(t, f.ns, "app")
-	checkReady(t, p, wantReady{metav1.ConditionFalse, v1.VerificationErrorReason, `Secret ` + f.ns + `/bad-keys: invalid key material: "cosign.pub": a PEM block of type "EC PRIVATE KEY", not PUBLIC KEY`, true})
+	p := f.Get(t, f.NS, "app")
+	evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionFalse, Reason: v1.VerificationErrorReason, Msg: `Secret ` + f.NS + `/bad-keys: invalid key material: "cosign.pub": a PEM block of type "EC PRIVATE KEY", not PUBLIC KEY`, Stalled: true})
 	if strings.Contains(readyMessage(p), "c2VjcmV0") {
 		t.Errorf("the Ready message quotes the key material: %q", readyMessage(p))
 	}
@@ -219,12 +220,12 @@ func TestIntegrationVerifiedSelectionBadKeys(t *testing.T) {
 	}
 
 	// A missing Secret may yet be created: not Stalled.
-	f.repo(t, f.ns, "other", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
-	f.policy(t, f.ns, "other", v1.ImagePolicySpec{ImageRepositoryRef: refTo("other"), Policy: semver("*"),
+	f.Repo(t, f.NS, "other", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+	f.Policy(t, f.NS, "other", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("other"), Policy: evaltest.Semver("*"),
 		Verify: &v1.OCIRepositoryVerification{Provider: "cosign", SecretRef: &v1.LocalObjectReference{Name: "absent"}}})
-	f.put(t, f.ns, "other", "1.0.0")
-	f.evaluate(t, f.ns, "other")
-	checkReady(t, f.get(t, f.ns, "other"), wantReady{metav1.ConditionFalse, v1.VerificationErrorReason, "Secret " + f.ns + "/absent not found", false})
+	f.Put(t, f.NS, "other", "1.0.0")
+	f.Evaluate(t, f.NS, "other")
+	evaltest.CheckReady(t, f.Get(t, f.NS, "other"), evaltest.WantReady{Status: metav1.ConditionFalse, Reason: v1.VerificationErrorReason, Msg: "Secret " + f.NS + "/absent not found", Stalled: false})
 }
 
 func readyMessage(p *v1.ImagePolicy) string {
@@ -240,15 +241,15 @@ func readyMessage(p *v1.ImagePolicy) string {
 // push, and returns the signed TagsChanged event with the tag's real digest.
 func (f *verifyFixture) addPushed(t *testing.T, name, tag, digest string) events.TagsChanged {
 	t.Helper()
-	id := f.ids[reconcile.StoreKey(f.ns, name)]
-	a, err := f.writer.Add(context.Background(), reconcile.StoreKey(f.ns, name), id, []string{tag})
+	id := f.IDs[reconcile.StoreKey(f.NS, name)]
+	a, err := f.Writer.Add(context.Background(), reconcile.StoreKey(f.NS, name), id, []string{tag})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := events.TagsChanged{Namespace: f.ns, Name: name, Revision: a.Entry.Revision, Delta: &events.TagsDelta{
+	c := events.TagsChanged{Namespace: f.NS, Name: name, Revision: a.Entry.Revision, Delta: &events.TagsDelta{
 		UID: id.UID, Image: id.Image, Listing: id.Listing, From: a.From,
 		Added: []events.AddedTag{{Tag: tag, Digest: digest}}}}
-	key, err := f.writer.ProofKey(false)
+	key, err := f.Writer.ProofKey(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,17 +267,17 @@ func TestIntegrationVerifiedPushChecksOnlyThePushedTag(t *testing.T) {
 	signing.Legacy(t, signing.In(f.reg, "app", d100), f.trusted)
 	d110 := f.reg.Push(t, "app", "1.1.0")
 	f.verifiedPolicy(t, "app", "cosign-keys")
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
-	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0")
+	if out := f.Evaluate(t, f.NS, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
 		t.Fatalf("outcome %+v, want 1.0.0", out)
 	}
 
 	d200 := f.reg.Push(t, "app", "2.0.0")
 	signing.Bundle(t, signing.In(f.reg, "app", d200), f.trusted)
 	change := f.addPushed(t, "app", "2.0.0", d200)
-	f.cached(t, f.ns+"/app")
+	f.Cached(t, f.NS+"/app")
 	before := len(f.reg.Requests())
-	outs, err := f.ev.EvaluateChange(context.Background(), change)
+	outs, err := f.Ev.EvaluateChange(context.Background(), change)
 	if err != nil || len(outs) != 1 || outs[0].Latest == nil || outs[0].Latest.Tag != "2.0.0" {
 		t.Fatalf("EvaluateChange() = %+v, %v; want 2.0.0", outs, err)
 	}
@@ -303,8 +304,8 @@ func newUnsignedPushFixture(t *testing.T, opts ...testenv.RegistryOption) (*veri
 	signing.Legacy(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.0.0")), f.trusted)
 	d110 := f.reg.Push(t, "app", "1.1.0")
 	f.verifiedPolicy(t, "app", "cosign-keys")
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
-	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0")
+	if out := f.Evaluate(t, f.NS, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
 		t.Fatalf("outcome %+v, want 1.0.0 while 1.1.0 is unsigned", out)
 	}
 	return f, d110
@@ -319,16 +320,16 @@ func TestIntegrationVerifiedAdvanceIsAFullEvaluation(t *testing.T) {
 	f := newVerifyFixture(t)
 	signing.Legacy(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.0.0")), f.trusted)
 	f.verifiedPolicy(t, "app", "cosign-keys")
-	f.put(t, f.ns, "app", "1.0.0")
-	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
+	f.Put(t, f.NS, "app", "1.0.0")
+	if out := f.Evaluate(t, f.NS, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
 		t.Fatalf("outcome %+v, want 1.0.0", out)
 	}
 	withoutStore := f.withoutStore(t)
 	full := func(token string) *v1.ImagePolicy {
 		t.Helper()
 		f.request(t, "app", token)
-		f.evaluate(t, f.ns, "app")
-		return f.get(t, f.ns, "app")
+		f.Evaluate(t, f.NS, "app")
+		return f.Get(t, f.NS, "app")
 	}
 	for _, step := range []struct {
 		tag, want, reported string
@@ -342,12 +343,12 @@ func TestIntegrationVerifiedAdvanceIsAFullEvaluation(t *testing.T) {
 			signing.Bundle(t, signing.In(f.reg, "app", digest), f.trusted)
 		}
 		change := f.addPushed(t, "app", step.tag, digest)
-		f.cached(t, f.ns+"/app")
+		f.Cached(t, f.NS+"/app")
 		outs, err := withoutStore(change)
 		if err != nil || len(outs) != 1 || outs[0].Latest == nil || outs[0].Latest.Tag != step.want {
 			t.Fatalf("push of %s through a store without tags: %+v, %v; want %s", step.tag, outs, err, step.want)
 		}
-		advanced := f.get(t, f.ns, "app")
+		advanced := f.Get(t, f.NS, "app")
 		if !strings.Contains(readyMessage(advanced), step.reported) || step.reported == "" && strings.Contains(readyMessage(advanced), "skipped") {
 			t.Errorf("push of %s: Ready message %q, want it to report %q", step.tag, readyMessage(advanced), step.reported)
 		}
@@ -361,7 +362,7 @@ func TestIntegrationVerifiedAdvanceIsAFullEvaluation(t *testing.T) {
 	d400 := f.reg.Push(t, "app", "4.0.0")
 	signing.Bundle(t, signing.In(f.reg, "app", d400), f.trusted)
 	change := f.addPushed(t, "app", "4.0.0", d400)
-	f.cached(t, f.ns+"/app")
+	f.Cached(t, f.NS+"/app")
 	if outs, _ := withoutStore(change); len(outs) == 1 && outs[0].Latest != nil && outs[0].Latest.Tag == "4.0.0" {
 		t.Fatalf("a policy that skipped 3.0.0 was advanced by the delta: %+v", outs)
 	}
@@ -378,14 +379,14 @@ func TestIntegrationVerifiedSelectionSignedBehindTheReferrersAPI(t *testing.T) {
 	f, d110 := newUnsignedPushFixture(t, testenv.RegistryReferrers())
 	signing.Bundle(t, signing.In(f.reg, "app", d110), f.trusted)
 	before := f.reg.RequestCount()
-	if out := f.evaluate(t, f.ns, "app"); out.Result == reconcile.PolicyUnchanged || out.Latest == nil || out.Latest.Tag != "1.0.0" {
+	if out := f.Evaluate(t, f.NS, "app"); out.Result == reconcile.PolicyUnchanged || out.Latest == nil || out.Latest.Tag != "1.0.0" {
 		t.Fatalf("outcome %+v, want an evaluation that keeps 1.0.0 while the refusal is fresh", out)
 	}
 	if n := f.reg.RequestCount() - before; n != 0 {
 		t.Errorf("an evaluation within the refusal's lifetime made %d registry requests, want 0", n)
 	}
 	f.advance(reconcile.UnverifiedTTL)
-	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" {
+	if out := f.Evaluate(t, f.NS, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" {
 		t.Fatalf("outcome %+v, want 1.1.0 once the refusal expired", out)
 	}
 }
@@ -395,12 +396,12 @@ func TestIntegrationVerifiedSelectionSignedBehindTheReferrersAPI(t *testing.T) {
 // directory: an evaluation that succeeds through it did not read the tags.
 func (f *verifyFixture) withoutStore(t *testing.T) func(events.TagsChanged) ([]reconcile.PolicyOutcome, error) {
 	t.Helper()
-	empty := f.storeless(t).Store
+	empty := f.Storeless(t).Store
 	return func(c events.TagsChanged) ([]reconcile.PolicyOutcome, error) {
-		saved := f.ev.Store
-		f.ev.Store = empty
-		defer func() { f.ev.Store = saved }()
-		return f.ev.EvaluateChange(context.Background(), c)
+		saved := f.Ev.Store
+		f.Ev.Store = empty
+		defer func() { f.Ev.Store = saved }()
+		return f.Ev.EvaluateChange(context.Background(), c)
 	}
 }
 
@@ -410,8 +411,8 @@ func (f *verifyFixture) withoutStore(t *testing.T) func(events.TagsChanged) ([]r
 func TestIntegrationVerifiedSelectionSignedAfterPush(t *testing.T) {
 	f, d110 := newUnsignedPushFixture(t)
 	signing.Bundle(t, signing.In(f.reg, "app", d110), f.trusted)
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0", strings.Replace(d110, ":", "-", 1))
-	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" {
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0", strings.Replace(d110, ":", "-", 1))
+	if out := f.Evaluate(t, f.NS, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" {
 		t.Fatalf("outcome %+v, want 1.1.0 once its signature is listed", out)
 	}
 }
@@ -428,7 +429,7 @@ func TestIntegrationVerifiedSelectionSignatureAnnounced(t *testing.T) {
 	announced := func(digest, want string) {
 		t.Helper()
 		rev := f.revision(t, "app")
-		outs, err := f.ev.EvaluateChange(ctx, events.TagsChanged{Namespace: f.ns, Name: "app", Revision: rev,
+		outs, err := f.Ev.EvaluateChange(ctx, events.TagsChanged{Namespace: f.NS, Name: "app", Revision: rev,
 			Attached: []string{digest}})
 		if err != nil || len(outs) != 1 || outs[0].Latest == nil || outs[0].Latest.Tag != want {
 			t.Fatalf("EvaluateChange(attached %s) = %+v, %v; want %s", digest, outs, err, want)
@@ -437,7 +438,7 @@ func TestIntegrationVerifiedSelectionSignatureAnnounced(t *testing.T) {
 
 	signing.Legacy(t, signing.In(f.reg, "app", d110), f.trusted)
 	before := f.reg.RequestCount()
-	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
+	if out := f.Evaluate(t, f.NS, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
 		t.Fatalf("outcome %+v, want 1.0.0 while the refusal of 1.1.0 is remembered", out)
 	}
 	if n := f.reg.RequestCount() - before; n != 0 {
@@ -447,13 +448,13 @@ func TestIntegrationVerifiedSelectionSignatureAnnounced(t *testing.T) {
 
 	d120 := f.reg.Push(t, "app", "1.2.0")
 	signing.Bundle(t, signing.In(f.reg, "app", d120), f.other)
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0", "1.2.0", strings.Replace(d120, ":", "-", 1))
-	if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" {
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0", "1.2.0", strings.Replace(d120, ":", "-", 1))
+	if out := f.Evaluate(t, f.NS, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" {
 		t.Fatalf("outcome %+v, want 1.1.0 while 1.2.0 is signed by another key only", out)
 	}
 	signing.Bundle(t, signing.In(f.reg, "app", d120), f.trusted)
 	announced(d120, "1.2.0")
-	if p := f.get(t, f.ns, "app"); strings.Contains(readyMessage(p), "skipped") {
+	if p := f.Get(t, f.NS, "app"); strings.Contains(readyMessage(p), "skipped") {
 		t.Errorf("Ready message %q still names a skipped tag", readyMessage(p))
 	}
 }
@@ -461,7 +462,7 @@ func TestIntegrationVerifiedSelectionSignatureAnnounced(t *testing.T) {
 // revision returns the tag revision that policy name was last evaluated against.
 func (f *verifyFixture) revision(t *testing.T, name string) string {
 	t.Helper()
-	c := apimeta.FindStatusCondition(f.get(t, f.ns, name).Status.Conditions, v1.TagsEvaluatedCondition)
+	c := apimeta.FindStatusCondition(f.Get(t, f.NS, name).Status.Conditions, v1.TagsEvaluatedCondition)
 	if c == nil {
 		t.Fatalf("policy %s has no %s condition", name, v1.TagsEvaluatedCondition)
 	}
@@ -475,19 +476,19 @@ func TestIntegrationVerifiedDigestIsReflected(t *testing.T) {
 	d100 := f.reg.Push(t, "app", "1.0.0")
 	signing.Bundle(t, signing.In(f.reg, "app", d100), f.trusted)
 	f.reg.Push(t, "app", "1.1.0")
-	f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
+	f.Repo(t, f.NS, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0")
 	verify := &v1.OCIRepositoryVerification{Provider: "cosign", SecretRef: &v1.LocalObjectReference{Name: "cosign-keys"}}
 	for name, want := range map[v1.ReflectionPolicy]string{v1.ReflectNever: "", v1.ReflectIfNotPresent: d100, v1.ReflectAlways: d100} {
-		spec := v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"), Verify: verify, DigestReflectionPolicy: name}
+		spec := v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("*"), Verify: verify, DigestReflectionPolicy: name}
 		if name == v1.ReflectAlways {
 			spec.Interval = &metav1.Duration{Duration: time.Hour}
 		}
 		pol := strings.ToLower(string(name))
-		f.policy(t, f.ns, pol, spec)
-		out := f.evaluate(t, f.ns, pol)
+		f.Policy(t, f.NS, pol, spec)
+		out := f.Evaluate(t, f.NS, pol)
 		if out.Latest == nil || out.Latest.Tag != "1.0.0" || out.Latest.Digest != want {
-			t.Errorf("%s: latest %s, want 1.0.0 with digest %q", name, refString(out.Latest), want)
+			t.Errorf("%s: latest %s, want 1.0.0 with digest %q", name, evaltest.RefString(out.Latest), want)
 		}
 	}
 }
@@ -501,18 +502,17 @@ func TestIntegrationVerifiedSelectionKeyless(t *testing.T) {
 	const issuer, subject = "https://token.actions.githubusercontent.com", "https://github.com/org/app/.github/workflows/release.yaml@refs/tags/v1"
 	signing.Keyless(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.0.0")), sigstore.Identity(subject, issuer))
 	signing.Keyless(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.1.0")), sigstore.Identity("https://github.com/fork/app/.github/workflows/release.yaml@refs/tags/v1", issuer))
-	f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
-	f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"),
+	f.Repo(t, f.NS, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+	f.Policy(t, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("*"),
 		Verify: &v1.OCIRepositoryVerification{Provider: "cosign", SecretRef: &v1.LocalObjectReference{Name: "sigstore"},
 			MatchOIDCIdentity: []v1.OIDCIdentityMatch{{Issuer: "^" + issuer + "$", Subject: "^https://github.com/org/app/"}}}})
-	f.put(t, f.ns, "app", "1.0.0", "1.1.0")
-	out := f.evaluate(t, f.ns, "app")
+	f.Put(t, f.NS, "app", "1.0.0", "1.1.0")
+	out := f.Evaluate(t, f.NS, "app")
 	if out.Latest == nil || out.Latest.Tag != "1.0.0" {
 		t.Fatalf("outcome %+v, want 1.0.0", out)
 	}
-	checkReady(t, f.get(t, f.ns, "app"), wantReady{metav1.ConditionTrue, v1.SucceededReason,
-		// The subject's "@" reads as a URL's userinfo, which every condition message masks.
-		"1.1.0 (signed by https://xxxxx@refs/tags/v1 (issuer " + issuer + ") that matchOIDCIdentity does not match)", false})
+	evaltest.CheckReady(t, f.Get(t, f.NS, "app"), evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: // The subject's "@" reads as a URL's userinfo, Stalled: which every condition message masks.
+	"1.1.0 (signed by https://xxxxx@refs/tags/v1 (issuer " + issuer + ") that matchOIDCIdentity does not match)"})
 }
 
 // TestIntegrationVerifiedSelectionNotation selects by Notation signatures under the trust
@@ -533,16 +533,16 @@ func TestIntegrationVerifiedSelectionNotation(t *testing.T) {
 			signing.Notation(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.1.0")), other)
 			signing.Notation(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.2.0")), trusted, signing.Over(d100))
 			f.reg.Push(t, "app", "1.3.0")
-			f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
-			f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"),
+			f.Repo(t, f.NS, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+			f.Policy(t, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("*"),
 				Verify: &v1.OCIRepositoryVerification{Provider: v1.VerificationProviderNotation, SecretRef: &v1.LocalObjectReference{Name: "notation"}}})
-			f.put(t, f.ns, "app", "1.0.0", "1.1.0", "1.2.0", "1.3.0")
-			out := f.evaluate(t, f.ns, "app")
+			f.Put(t, f.NS, "app", "1.0.0", "1.1.0", "1.2.0", "1.3.0")
+			out := f.Evaluate(t, f.NS, "app")
 			if out.Result != reconcile.PolicySucceeded || out.Latest == nil || out.Latest.Tag != "1.0.0" {
 				t.Fatalf("outcome %+v, want 1.0.0", out)
 			}
-			p := f.get(t, f.ns, "app")
-			checkReady(t, p, wantReady{metav1.ConditionTrue, v1.SucceededReason, "resolved to 1.0.0; skipped newer tags", false})
+			p := f.Get(t, f.NS, "app")
+			evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "resolved to 1.0.0; skipped newer tags", Stalled: false})
 			for _, want := range []string{"1.3.0 (not signed)", "1.2.0 (the Notation signature is over another digest",
 				"1.1.0 (signed, but not by a certificate the trust policy trusts"} {
 				if !strings.Contains(readyMessage(p), want) {
@@ -553,7 +553,7 @@ func TestIntegrationVerifiedSelectionNotation(t *testing.T) {
 			// Evaluating the unchanged repository again costs no registry request.
 			before := f.reg.RequestCount()
 			f.request(t, "app", "again")
-			if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
+			if out := f.Evaluate(t, f.NS, "app"); out.Latest == nil || out.Latest.Tag != "1.0.0" {
 				t.Fatalf("second outcome %+v", out)
 			}
 			if n := f.reg.RequestCount() - before; n != 0 {
@@ -583,16 +583,16 @@ func TestIntegrationVerifiedSelectionNotationBadSecret(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f.secret(t, tt.name, tt.data)
 			f.reg.Push(t, tt.name, "1.0.0")
-			f.repo(t, f.ns, tt.name, f.reg.Image(tt.name), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
-			f.policy(t, f.ns, tt.name, v1.ImagePolicySpec{ImageRepositoryRef: refTo(tt.name), Policy: semver("*"),
+			f.Repo(t, f.NS, tt.name, f.reg.Image(tt.name), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+			f.Policy(t, f.NS, tt.name, v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo(tt.name), Policy: evaltest.Semver("*"),
 				Verify: &v1.OCIRepositoryVerification{Provider: v1.VerificationProviderNotation, SecretRef: &v1.LocalObjectReference{Name: tt.name}}})
-			f.put(t, f.ns, tt.name, "1.0.0")
+			f.Put(t, f.NS, tt.name, "1.0.0")
 			before := f.reg.RequestCount()
-			if out := f.evaluate(t, f.ns, tt.name); out.Result != reconcile.PolicyStalled {
+			if out := f.Evaluate(t, f.NS, tt.name); out.Result != reconcile.PolicyStalled {
 				t.Fatalf("outcome %+v, want Stalled", out)
 			}
-			p := f.get(t, f.ns, tt.name)
-			checkReady(t, p, wantReady{metav1.ConditionFalse, v1.VerificationErrorReason, "Secret " + f.ns + "/" + tt.name + ": invalid key material: " + tt.want, true})
+			p := f.Get(t, f.NS, tt.name)
+			evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionFalse, Reason: v1.VerificationErrorReason, Msg: "Secret " + f.NS + "/" + tt.name + ": invalid key material: " + tt.want, Stalled: true})
 			if strings.Contains(readyMessage(p), planted[:12]) || strings.Contains(readyMessage(p), "BEGIN") {
 				t.Errorf("the Ready message quotes the Secret: %q", readyMessage(p))
 			}
@@ -627,7 +627,7 @@ func TestIntegrationVerifiedSelectionPublicGood(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.ev.Verifier = func(spec *v1.OCIRepositoryVerification, data map[string][]byte) (reconcile.ImageVerifier, error) {
+		f.Ev.Verifier = func(spec *v1.OCIRepositoryVerification, data map[string][]byte) (reconcile.ImageVerifier, error) {
 			return signature.New(spec, data, signature.WithTUFRoot(tr))
 		}
 		return f
@@ -637,14 +637,14 @@ func TestIntegrationVerifiedSelectionPublicGood(t *testing.T) {
 		f := fixture(t)
 		signing.Keyless(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.0.0")), sigstore.Identity(subject, issuer))
 		signing.Keyless(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.1.0")), sigstore.Identity("https://github.com/fork/app/.github/workflows/release.yaml@refs/tags/v1", issuer))
-		f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
-		f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"), Verify: verify})
-		f.put(t, f.ns, "app", "1.0.0", "1.1.0")
-		out := f.evaluate(t, f.ns, "app")
+		f.Repo(t, f.NS, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+		f.Policy(t, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("*"), Verify: verify})
+		f.Put(t, f.NS, "app", "1.0.0", "1.1.0")
+		out := f.Evaluate(t, f.NS, "app")
 		if out.Result != reconcile.PolicySucceeded || out.Latest == nil || out.Latest.Tag != "1.0.0" {
 			t.Fatalf("outcome %+v, want 1.0.0", out)
 		}
-		checkReady(t, f.get(t, f.ns, "app"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "1.1.0 (signed by https://xxxxx@refs/tags/v1 (issuer " + issuer + ") that matchOIDCIdentity does not match)", false})
+		evaltest.CheckReady(t, f.Get(t, f.NS, "app"), evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "1.1.0 (signed by https://xxxxx@refs/tags/v1 (issuer " + issuer + ") that matchOIDCIdentity does not match)", Stalled: false})
 	})
 
 	t.Run("TUF repository unreachable", func(t *testing.T) {
@@ -654,14 +654,14 @@ func TestIntegrationVerifiedSelectionPublicGood(t *testing.T) {
 		t.Setenv(signature.EnvTUFCache, t.TempDir())
 		f := fixture(t)
 		signing.Keyless(t, signing.In(f.reg, "app", f.reg.Push(t, "app", "1.0.0")), sigstore.Identity(subject, issuer))
-		f.repo(t, f.ns, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
-		f.policy(t, f.ns, "app", v1.ImagePolicySpec{ImageRepositoryRef: refTo("app"), Policy: semver("*"), Verify: verify})
-		f.put(t, f.ns, "app", "1.0.0")
+		f.Repo(t, f.NS, "app", f.reg.Image("app"), func(r *v1.ImageRepository) { r.Spec.Insecure = true })
+		f.Policy(t, f.NS, "app", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver("*"), Verify: verify})
+		f.Put(t, f.NS, "app", "1.0.0")
 		kept := &v1.ImageRef{Name: f.reg.Image("app"), Tag: "0.9.0"}
-		f.seed(t, f.ns, "app", kept)
+		f.Seed(t, f.NS, "app", kept)
 		before := f.reg.RequestCount()
-		p := f.evaluateKeeps(t, f.ns, "app", kept)
-		checkReady(t, p, wantReady{metav1.ConditionFalse, v1.VerificationErrorReason, "the Sigstore trusted root could not be fetched from the TUF repository " + tuf.URL(), false})
+		p := f.evaluateKeeps(t, f.NS, "app", kept)
+		evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionFalse, Reason: v1.VerificationErrorReason, Msg: "the Sigstore trusted root could not be fetched from the TUF repository " + tuf.URL(), Stalled: false})
 		if n := f.reg.RequestCount() - before; n != 0 {
 			t.Errorf("%d registry requests without a trusted root, want 0", n)
 		}
@@ -672,13 +672,13 @@ func TestIntegrationVerifiedSelectionPublicGood(t *testing.T) {
 // its outcome and in its status, and returns the policy as evaluated.
 func (f *evalFixture) evaluateKeeps(t *testing.T, ns, name string, kept *v1.ImageRef) *v1.ImagePolicy {
 	t.Helper()
-	out := f.evaluate(t, ns, name)
-	if out.Result != reconcile.PolicyFailed || !sameRef(out.Latest, kept) {
-		t.Fatalf("outcome %+v, want a failure, not Stalled, that keeps %s", out, refString(kept))
+	out := f.Evaluate(t, ns, name)
+	if out.Result != reconcile.PolicyFailed || !evaltest.SameRef(out.Latest, kept) {
+		t.Fatalf("outcome %+v, want a failure, not Stalled, that keeps %s", out, evaltest.RefString(kept))
 	}
-	p := f.get(t, ns, name)
-	if !sameRef(p.Status.LatestRef, kept) {
-		t.Errorf("latestRef = %s, want %s kept", refString(p.Status.LatestRef), refString(kept))
+	p := f.Get(t, ns, name)
+	if !evaltest.SameRef(p.Status.LatestRef, kept) {
+		t.Errorf("latestRef = %s, want %s kept", evaltest.RefString(p.Status.LatestRef), evaltest.RefString(kept))
 	}
 	return p
 }
@@ -687,12 +687,12 @@ func (f *evalFixture) evaluateKeeps(t *testing.T, ns, name string, kept *v1.Imag
 // the policy as evaluated.
 func (f *evalFixture) evaluateSkips(t *testing.T, ns, name, tag string) *v1.ImagePolicy {
 	t.Helper()
-	out := f.evaluate(t, ns, name)
+	out := f.Evaluate(t, ns, name)
 	if out.Result != reconcile.PolicySucceeded || out.Latest == nil || out.Latest.Tag != tag {
 		t.Fatalf("outcome %+v, want %s selected", out, tag)
 	}
-	p := f.get(t, ns, name)
-	checkReady(t, p, wantReady{metav1.ConditionTrue, v1.SucceededReason, "resolved to " + tag + "; skipped newer tags", false})
+	p := f.Get(t, ns, name)
+	evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "resolved to " + tag + "; skipped newer tags", Stalled: false})
 	// The cron reconciler and the evaluator learn of the skipped tags from the reason, not from
 	// the message.
 	if c := apimeta.FindStatusCondition(p.Status.Conditions, v1.TagsEvaluatedCondition); c == nil || c.Reason != v1.SkippedUnverifiedReason {

@@ -1,4 +1,7 @@
-package reconcile_test
+// Package evaltest runs a reconcile.Evaluator against a real apiserver and Badger directory,
+// for the tests of internal/reconcile and of its verified selections, which link the
+// signature verifiers apart.
+package evaltest
 
 import (
 	"context"
@@ -6,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -24,60 +29,60 @@ import (
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
-// evalFixture is a real apiserver and Badger directory, a read-write Store that plays the scan
+// Fixture is a real apiserver and Badger directory, a read-write Store that plays the scan
 // function, and an Evaluator that reads the directory through a read-only Store, records Events
 // through a real Recorder and announces new latest images to a real CloudEvents sink.
-type evalFixture struct {
-	env    *testenv.Env
-	ns     string
-	dir    string
-	kube   *kube.Client
-	writer *store.Store
-	reader *store.Store
-	rec    *kube.Recorder
-	sink   *latestSink
-	logs   *testenv.LogBuffer
-	ev     *reconcile.Evaluator
+type Fixture struct {
+	Env    *testenv.Env
+	NS     string
+	Dir    string
+	Kube   *kube.Client
+	Writer *store.Store
+	Reader *store.Store
+	Rec    *kube.Recorder
+	Sink   *LatestSink
+	Logs   *testenv.LogBuffer
+	Ev     *reconcile.Evaluator
 	// ids holds the identity of each repository that repo created, by store key, which put
 	// stores the tags under.
-	ids map[string]store.Identity
+	IDs map[string]store.Identity
 }
 
-func newEvalFixture(t testing.TB) *evalFixture {
+func New(t testing.TB) *Fixture {
 	t.Helper()
 	env := testenv.Kube(t)
 	c := env.Client(t)
 	dir := t.TempDir()
-	f := &evalFixture{
-		env: env, ns: env.Namespace(t), dir: dir, kube: c,
-		writer: store.New(dir, store.WithLinger(0)),
-		reader: store.New(dir, store.ReadOnly()),
-		rec:    kube.NewRecorder(c, "reflector-policy"),
-		sink:   newLatestSink(t, http.StatusAccepted),
-		logs:   &testenv.LogBuffer{},
-		ids:    map[string]store.Identity{},
+	f := &Fixture{
+		Env: env, NS: env.Namespace(t), Dir: dir, Kube: c,
+		Writer: store.New(dir, store.WithLinger(0)),
+		Reader: store.New(dir, store.ReadOnly()),
+		Rec:    kube.NewRecorder(c, "reflector-policy"),
+		Sink:   NewLatestSink(t, http.StatusAccepted),
+		Logs:   &testenv.LogBuffer{},
+		IDs:    map[string]store.Identity{},
 	}
 	t.Cleanup(func() {
-		f.rec.Shutdown()
-		f.reader.Close()
-		f.writer.Close()
+		f.Rec.Shutdown()
+		f.Reader.Close()
+		f.Writer.Close()
 	})
-	f.ev = f.evaluator(t)
+	f.Ev = f.Evaluator(t)
 	return f
 }
 
 // evaluator returns a new Evaluator over the fixture, as a restarted process would have.
-func (f *evalFixture) evaluator(t testing.TB) *reconcile.Evaluator {
+func (f *Fixture) Evaluator(t testing.TB) *reconcile.Evaluator {
 	t.Helper()
 	return &reconcile.Evaluator{
-		Kube: f.kube, Store: f.reader, Registry: registry.New(registry.WithRateLimit(0, 0)),
-		Sink: f.sink.sender(t), Recorder: f.rec,
-		Log: slog.New(slog.NewJSONHandler(f.logs, nil)),
+		Kube: f.Kube, Store: f.Reader, Registry: registry.New(registry.WithRateLimit(0, 0)),
+		Sink: f.Sink.Sender(t), Recorder: f.Rec,
+		Log: slog.New(slog.NewJSONHandler(f.Logs, nil)),
 	}
 }
 
 // repo creates an ImageRepository of image in namespace ns.
-func (f *evalFixture) repo(t testing.TB, ns, name, image string, edits ...func(*v1.ImageRepository)) *v1.ImageRepository {
+func (f *Fixture) Repo(t testing.TB, ns, name, image string, edits ...func(*v1.ImageRepository)) *v1.ImageRepository {
 	t.Helper()
 	r := &v1.ImageRepository{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -90,17 +95,17 @@ func (f *evalFixture) repo(t testing.TB, ns, name, image string, edits ...func(*
 	for _, e := range edits {
 		e(r)
 	}
-	created, err := f.kube.Repositories.Create(context.Background(), r)
+	created, err := f.Kube.Repositories.Create(context.Background(), r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.ids[reconcile.StoreKey(ns, name)] = identity(t, created)
+	f.IDs[reconcile.StoreKey(ns, name)] = Identity(t, created)
 	return created
 }
 
 // identity returns the identity a scan of r stores its tags under. A repository that no scan
 // accepts (an invalid image) gets one of its UID and raw image, as tests still store tags for it.
-func identity(t testing.TB, r *v1.ImageRepository) store.Identity {
+func Identity(t testing.TB, r *v1.ImageRepository) store.Identity {
 	t.Helper()
 	id, err := reconcile.RepositoryIdentity(r)
 	if err != nil {
@@ -110,9 +115,9 @@ func identity(t testing.TB, r *v1.ImageRepository) store.Identity {
 }
 
 // policy creates an ImagePolicy in namespace ns.
-func (f *evalFixture) policy(t testing.TB, ns, name string, spec v1.ImagePolicySpec) *v1.ImagePolicy {
+func (f *Fixture) Policy(t testing.TB, ns, name string, spec v1.ImagePolicySpec) *v1.ImagePolicy {
 	t.Helper()
-	p, err := f.kube.Policies.Create(context.Background(), &v1.ImagePolicy{
+	p, err := f.Kube.Policies.Create(context.Background(), &v1.ImagePolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec,
 	})
 	if err != nil {
@@ -122,33 +127,33 @@ func (f *evalFixture) policy(t testing.TB, ns, name string, spec v1.ImagePolicyS
 }
 
 // edit changes the spec of a policy, which raises its generation.
-func (f *evalFixture) edit(t testing.TB, ns, name string, change func(*v1.ImagePolicySpec)) {
+func (f *Fixture) Edit(t testing.TB, ns, name string, change func(*v1.ImagePolicySpec)) {
 	t.Helper()
-	p := f.get(t, ns, name)
+	p := f.Get(t, ns, name)
 	change(&p.Spec)
-	if _, err := f.kube.Policies.Update(context.Background(), p); err != nil {
+	if _, err := f.Kube.Policies.Update(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // put stores tags for the repository ns/name as repo created it, as a scan does. A repository
 // that does not exist gets an identity of its own.
-func (f *evalFixture) put(t testing.TB, ns, name string, tags ...string) {
+func (f *Fixture) Put(t testing.TB, ns, name string, tags ...string) {
 	t.Helper()
 	key := reconcile.StoreKey(ns, name)
-	id, ok := f.ids[key]
+	id, ok := f.IDs[key]
 	if !ok {
 		id = store.Identity{UID: "never-created", Image: "ghcr.io/org/never-created"}
 	}
-	if _, _, err := f.writer.Put(context.Background(), key, id, tags, time.Now()); err != nil {
+	if _, _, err := f.Writer.Put(context.Background(), key, id, tags, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // seed writes a latestRef into the status of a policy, as an earlier evaluation would have.
-func (f *evalFixture) seed(t testing.TB, ns, name string, ref *v1.ImageRef) {
+func (f *Fixture) Seed(t testing.TB, ns, name string, ref *v1.ImageRef) {
 	t.Helper()
-	_, err := f.kube.Policies.UpdateStatus(context.Background(), ns, name, func(p *v1.ImagePolicy) error {
+	_, err := f.Kube.Policies.UpdateStatus(context.Background(), ns, name, func(p *v1.ImagePolicy) error {
 		p.Status.LatestRef = ref
 		return nil
 	})
@@ -157,9 +162,9 @@ func (f *evalFixture) seed(t testing.TB, ns, name string, ref *v1.ImageRef) {
 	}
 }
 
-func (f *evalFixture) get(t testing.TB, ns, name string) *v1.ImagePolicy {
+func (f *Fixture) Get(t testing.TB, ns, name string) *v1.ImagePolicy {
 	t.Helper()
-	p, err := f.kube.Policies.Get(context.Background(), ns, name)
+	p, err := f.Kube.Policies.Get(context.Background(), ns, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,15 +173,15 @@ func (f *evalFixture) get(t testing.TB, ns, name string) *v1.ImagePolicy {
 
 // cached waits until the apiserver's watch cache, which EvaluateRepository lists from, holds
 // each of the ImagePolicies (namespace/name) as they are now.
-func (f *evalFixture) cached(t testing.TB, policies ...string) {
+func (f *Fixture) Cached(t testing.TB, policies ...string) {
 	t.Helper()
 	want := map[string]string{}
 	for _, key := range policies {
 		ns, name, _ := strings.Cut(key, "/")
-		want[key] = f.get(t, ns, name).ResourceVersion
+		want[key] = f.Get(t, ns, name).ResourceVersion
 	}
 	testenv.Eventually(t, 10*time.Second, func() error {
-		l, err := f.kube.Policies.List(context.Background(), "", metav1.ListOptions{ResourceVersion: "0"})
+		l, err := f.Kube.Policies.List(context.Background(), "", metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return err
 		}
@@ -193,9 +198,9 @@ func (f *evalFixture) cached(t testing.TB, policies ...string) {
 	})
 }
 
-func (f *evalFixture) evaluate(t testing.TB, ns, name string) reconcile.PolicyOutcome {
+func (f *Fixture) Evaluate(t testing.TB, ns, name string) reconcile.PolicyOutcome {
 	t.Helper()
-	out, err := f.ev.Evaluate(context.Background(), ns, name)
+	out, err := f.Ev.Evaluate(context.Background(), ns, name)
 	if err != nil {
 		t.Fatalf("Evaluate(%s/%s): %v", ns, name, err)
 	}
@@ -204,11 +209,11 @@ func (f *evalFixture) evaluate(t testing.TB, ns, name string) reconcile.PolicyOu
 
 // waitEvent waits for a Kubernetes Event about the policy name in f's namespace of the given
 // type whose message contains msg.
-func (f *evalFixture) waitEvent(t testing.TB, name, typ, reason, msg string) {
+func (f *Fixture) WaitEvent(t testing.TB, name, typ, reason, msg string) {
 	t.Helper()
-	ns := f.ns
+	ns := f.NS
 	testenv.Eventually(t, 10*time.Second, func() error {
-		list, err := f.kube.Events.List(context.Background(), ns, metav1.ListOptions{
+		list, err := f.Kube.Events.List(context.Background(), ns, metav1.ListOptions{
 			FieldSelector: "involvedObject.name=" + name,
 		})
 		if err != nil {
@@ -227,18 +232,18 @@ func (f *evalFixture) waitEvent(t testing.TB, name, typ, reason, msg string) {
 
 // wantReady is the outcome checkReady expects: Ready's status and reason, a part of its
 // message, and whether the policy is stalled.
-type wantReady struct {
-	status  metav1.ConditionStatus
-	reason  string
-	msg     string
-	stalled bool
+type WantReady struct {
+	Status  metav1.ConditionStatus
+	Reason  string
+	Msg     string
+	Stalled bool
 }
 
 // checkReady checks the Ready, Reconciling and Stalled conditions of a policy as Flux's
 // conventions set them for the outcome want.
-func checkReady(t testing.TB, p *v1.ImagePolicy, want wantReady) {
+func CheckReady(t testing.TB, p *v1.ImagePolicy, want WantReady) {
 	t.Helper()
-	status, reason, msg, stalled := want.status, want.reason, want.msg, want.stalled
+	status, reason, msg, stalled := want.Status, want.Reason, want.Msg, want.Stalled
 	ready := apimeta.FindStatusCondition(p.Status.Conditions, v1.ReadyCondition)
 	if ready == nil {
 		t.Fatalf("%s: no Ready condition: %+v", p.Name, p.Status)
@@ -259,48 +264,48 @@ func checkReady(t testing.TB, p *v1.ImagePolicy, want wantReady) {
 	}
 }
 
-func sameRef(a, b *v1.ImageRef) bool {
+func SameRef(a, b *v1.ImageRef) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
 	return *a == *b
 }
 
-func refString(r *v1.ImageRef) string {
+func RefString(r *v1.ImageRef) string {
 	if r == nil {
 		return "<nil>"
 	}
 	return r.String()
 }
 
-func semver(r string) v1.ImagePolicyChoice {
+func Semver(r string) v1.ImagePolicyChoice {
 	return v1.ImagePolicyChoice{SemVer: &v1.SemVerPolicy{Range: r}}
 }
 
-func alphabetical(order string) v1.ImagePolicyChoice {
+func Alphabetical(order string) v1.ImagePolicyChoice {
 	return v1.ImagePolicyChoice{Alphabetical: &v1.AlphabeticalPolicy{Order: order}}
 }
 
-func numerical(order string) v1.ImagePolicyChoice {
+func Numerical(order string) v1.ImagePolicyChoice {
 	return v1.ImagePolicyChoice{Numerical: &v1.NumericalPolicy{Order: order}}
 }
 
-func refTo(name string) v1.NamespacedObjectReference {
+func RefTo(name string) v1.NamespacedObjectReference {
 	return v1.NamespacedObjectReference{Name: name}
 }
 
 // latestSink is a real CloudEvents receiver that records LatestChanged events and answers
 // with a fixed status.
-type latestSink struct {
+type LatestSink struct {
 	srv  *httptest.Server
 	mu   sync.Mutex
 	got  []events.LatestChanged
 	code int
 }
 
-func newLatestSink(t testing.TB, code int) *latestSink {
+func NewLatestSink(t testing.TB, code int) *LatestSink {
 	t.Helper()
-	s := &latestSink{code: code}
+	s := &LatestSink{code: code}
 	accept := events.Handler(func(_ context.Context, e cloudevents.Event) error {
 		if e.Type() != events.TypeLatestChanged {
 			return events.ErrRejected
@@ -325,7 +330,7 @@ func newLatestSink(t testing.TB, code int) *latestSink {
 	return s
 }
 
-func (s *latestSink) sender(t testing.TB) *events.Sender {
+func (s *LatestSink) Sender(t testing.TB) *events.Sender {
 	t.Helper()
 	snd, err := events.NewSender(s.srv.URL, events.SourcePolicy, nil)
 	if err != nil {
@@ -335,7 +340,7 @@ func (s *latestSink) sender(t testing.TB) *events.Sender {
 }
 
 // about returns the events received about the policy ns/name, in order.
-func (s *latestSink) about(ns, name string) []events.LatestChanged {
+func (s *LatestSink) About(ns, name string) []events.LatestChanged {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []events.LatestChanged
@@ -345,4 +350,23 @@ func (s *latestSink) about(ns, name string) []events.LatestChanged {
 		}
 	}
 	return out
+}
+
+// Storeless returns an Evaluator like f's whose tag store holds no tags, only the key of f's
+// directory: an evaluation that succeeds through it did not read the tags.
+func (f *Fixture) Storeless(t testing.TB) *reconcile.Evaluator {
+	t.Helper()
+	key, err := f.Writer.ProofKey(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "reflector.key"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := store.New(dir, store.ReadOnly())
+	t.Cleanup(func() { empty.Close() })
+	ev := f.Evaluator(t)
+	ev.Store = empty
+	return ev
 }

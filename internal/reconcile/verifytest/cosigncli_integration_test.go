@@ -1,4 +1,4 @@
-package reconcile_test
+package verifytest_test
 
 import (
 	"strings"
@@ -9,6 +9,7 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/reconcile"
+	"github.com/imagereflector/reflector/internal/reconcile/evaltest"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
@@ -41,9 +42,9 @@ func TestIntegrationVerifiedSelectionCosignCLI(t *testing.T) {
 			reg.Push(t, "app", "1.6.0")
 			f.verifiedPolicy(t, "app", "cli-keys")
 			tags := []string{"1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0", "1.5.0", "1.6.0"}
-			f.put(t, f.ns, "app", tags...)
+			f.Put(t, f.NS, "app", tags...)
 
-			p := f.evaluateSkips(t, f.ns, "app", "1.1.0")
+			p := f.evaluateSkips(t, f.NS, "app", "1.1.0")
 			t.Logf("Ready: %s", readyMessage(p))
 			for _, want := range []string{"1.6.0 (not signed)", "1.5.0 (the signature bundle is over another digest)",
 				"1.4.0 (signed, but no signature verifies with the trusted keys)",
@@ -52,23 +53,23 @@ func TestIntegrationVerifiedSelectionCosignCLI(t *testing.T) {
 					t.Errorf("Ready message %q does not say %q", readyMessage(p), want)
 				}
 			}
-			f.waitEvent(t, "app", corev1.EventTypeWarning, v1.VerificationErrorReason, "1.2.0 (not signed)")
+			f.WaitEvent(t, "app", corev1.EventTypeWarning, v1.VerificationErrorReason, "1.2.0 (not signed)")
 
 			// An unsigned newer tag, then the same signed with the other key pair, moves latestRef
 			// neither up nor back.
 			d200 := reg.Push(t, "app", "2.0.0")
 			tags = append(tags, "2.0.0")
-			f.put(t, f.ns, "app", tags...)
-			if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" || out.Changed {
+			f.Put(t, f.NS, "app", tags...)
+			if out := f.Evaluate(t, f.NS, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" || out.Changed {
 				t.Fatalf("after an unsigned 2.0.0: %+v, want 1.1.0 kept", out)
 			}
 			cli.Sign(t, other, image, d200, testenv.CosignBundle)
 			f.advance(reconcile.UnverifiedTTL)
 			f.request(t, "app", "other-key")
-			if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" || out.Changed {
+			if out := f.Evaluate(t, f.NS, "app"); out.Latest == nil || out.Latest.Tag != "1.1.0" || out.Changed {
 				t.Fatalf("after 2.0.0 signed with another key pair: %+v, want 1.1.0 kept", out)
 			}
-			if msg := readyMessage(f.get(t, f.ns, "app")); !strings.Contains(msg, "2.0.0 (signed, but no signature bundle verifies") {
+			if msg := readyMessage(f.Get(t, f.NS, "app")); !strings.Contains(msg, "2.0.0 (signed, but no signature bundle verifies") {
 				t.Errorf("Ready message %q does not report 2.0.0's signature by another key pair", msg)
 			}
 
@@ -76,10 +77,10 @@ func TestIntegrationVerifiedSelectionCosignCLI(t *testing.T) {
 			cli.Sign(t, trusted, image, d200, testenv.CosignLegacySig)
 			f.advance(reconcile.UnverifiedTTL)
 			f.request(t, "app", "trusted-key")
-			if out := f.evaluate(t, f.ns, "app"); out.Latest == nil || out.Latest.Tag != "2.0.0" || !out.Changed {
+			if out := f.Evaluate(t, f.NS, "app"); out.Latest == nil || out.Latest.Tag != "2.0.0" || !out.Changed {
 				t.Fatalf("after signing 2.0.0: %+v, want 2.0.0", out)
 			}
-			checkReady(t, f.get(t, f.ns, "app"), wantReady{metav1.ConditionTrue, v1.SucceededReason, "updated from 1.1.0 to 2.0.0", false})
+			evaltest.CheckReady(t, f.Get(t, f.NS, "app"), evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "updated from 1.1.0 to 2.0.0", Stalled: false})
 		})
 	}
 }
