@@ -243,9 +243,8 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 		if cross {
 			return e.refuse(ctx, pol, false, "the ImageRepository does not exist", crossNamespaceDenied(pol, repoNS, repoName))
 		}
-		return e.fail(ctx, pol, v1.DependencyNotReadyReason, false, fmt.Errorf(
-			"failed to get the referred ImageRepository: referenced %s %s/%s does not exist",
-			v1.ImageRepositoryKind, repoNS, repoName))
+		f := repositoryMissing(repoNS, repoName)
+		return e.fail(ctx, pol, f.reason, f.stalled, f.cause)
 	}
 	if err != nil {
 		return out, fmt.Errorf("reading ImageRepository %s/%s: %w", repoNS, repoName, err)
@@ -256,15 +255,9 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	} else if denied != nil {
 		return e.refuse(ctx, pol, false, denied.Error(), crossNamespaceDenied(pol, repoNS, repoName))
 	}
-	// Only tags listed for the repository as it is now may be used: after a recreation or an
-	// edit whose scan has not succeeded yet, the stored ones belong to another image or list.
-	id, err := RepositoryIdentity(repo)
-	if err != nil {
-		return e.fail(ctx, pol, v1.ImageURLInvalidReason, true, err)
-	}
-	sel, err := policy.NewSelector(pol.Spec)
-	if err != nil {
-		return e.fail(ctx, pol, v1.InvalidPolicyReason, true, err)
+	id, sel, bad := specOf(pol, repo)
+	if bad != nil {
+		return e.fail(ctx, pol, bad.reason, bad.stalled, bad.cause)
 	}
 	var iv ImageVerifier
 	if pol.Spec.Verify != nil {
@@ -314,17 +307,55 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 	}
 
 	markStep(ctx, "tags")
-	tag, err := sel.Latest(entry.Tags)
-	if err != nil {
-		// No candidate, or a numerical tag that does not parse: Flux's "Failure".
-		return read.of(e.fail(ctx, pol, v1.FailureReason, false, err))
+	latest, bad := latestOf(sel, repo, entry.Tags)
+	if bad != nil {
+		return read.of(e.fail(ctx, pol, bad.reason, bad.stalled, bad.cause))
 	}
-	latest := &v1.ImageRef{Name: repo.Spec.Image, Tag: tag}
 	if latest.Digest, err = e.digest(ctx, pol, repo, latest); err != nil {
 		return e.fail(ctx, pol, registry.Reason(err), registry.Stalled(err), fmt.Errorf(
 			"failed fetching digest of %s: %w", latest.String(), err))
 	}
 	return read.of(e.succeed(ctx, pol, latest, inputs, nil))
+}
+
+// repositoryMissing is the failure of a policy whose ImageRepository repoNS/repoName, in its
+// own namespace, does not exist: retried, since creating it cures it.
+func repositoryMissing(repoNS, repoName string) failure {
+	return failure{v1.DependencyNotReadyReason, false, fmt.Errorf(
+		"failed to get the referred ImageRepository: referenced %s %s/%s does not exist",
+		v1.ImageRepositoryKind, repoNS, repoName)}
+}
+
+// specOf checks what an evaluation needs of pol's spec and of its ImageRepository repo before
+// it reads tags: the repository's identity, under which its tags are stored, and the policy's
+// selector. Either failing stalls the policy: only a spec edit cures it.
+func specOf(pol *v1.ImagePolicy, repo *v1.ImageRepository) (store.Identity, *policy.Selector, *failure) {
+	// Only tags listed for the repository as it is now may be used: after a recreation or an
+	// edit whose scan has not succeeded yet, the stored ones belong to another image or list.
+	id, err := RepositoryIdentity(repo)
+	if err != nil {
+		return store.Identity{}, nil, &failure{v1.ImageURLInvalidReason, true, err}
+	}
+	sel, err := policy.NewSelector(pol.Spec)
+	if err != nil {
+		return store.Identity{}, nil, &failure{v1.InvalidPolicyReason, true, err}
+	}
+	return id, sel, nil
+}
+
+// latestOf is the answer of a policy without spec.verify, whose selector is sel, from the tags
+// stored for its ImageRepository repo: the latest image, without its digest, or the failure.
+func latestOf(sel *policy.Selector, repo *v1.ImageRepository, tags []string) (*v1.ImageRef, *failure) {
+	if len(tags) == 0 {
+		f := noTagsFailure(repo, nil)
+		return nil, &f
+	}
+	tag, err := sel.Latest(tags)
+	if err != nil {
+		// No candidate, or a numerical tag that does not parse: Flux's "Failure".
+		return nil, &failure{v1.FailureReason, false, err}
+	}
+	return &v1.ImageRef{Name: repo.Spec.Image, Tag: tag}, nil
 }
 
 // evaluation is what the steps of one evaluation of a policy share: the policy as read, the
@@ -465,22 +496,8 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, latest *v1
 		if c := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition); c != nil {
 			oldMessage = c.Message
 		}
-		out.Changed, out.Previous = false, nil
-		if st.LatestRef == nil || *st.LatestRef != *latest {
-			out.Changed, out.Previous = true, st.LatestRef
-			st.ObservedPreviousRef = st.LatestRef
-			ref := *latest
-			st.LatestRef = &ref
-		}
-		st.ObservedGeneration = pol.Generation
-		if token != "" {
-			st.LastHandledReconcileAt = token
-		}
-		markSucceeded(&st.Conditions, pol.Generation, withNote(readyMessage(st), note))
-		// The cron reconciler compares this with the repository's revision to find policies
-		// whose TagsChanged event was lost.
-		set(&st.Conditions, metav1.Condition{Type: v1.TagsEvaluatedCondition, Status: metav1.ConditionTrue, Reason: evaluated,
-			Message: inputs.revision, ObservedGeneration: pol.Generation})
+		out.Changed, out.Previous = resolution{generation: pol.Generation, latest: latest, request: token,
+			revision: inputs.revision, note: note, evaluated: evaluated}.apply(st)
 		return nil
 	})
 	if err != nil {
@@ -505,6 +522,40 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, latest *v1
 		}
 	}
 	return out, nil
+}
+
+// resolution is a successful evaluation of a policy's generation: the latest image, the
+// reconcile request handled (if any), the tag revision read, the note on skipped tags (if any)
+// and the TagsEvaluated reason.
+type resolution struct {
+	generation int64
+	latest     *v1.ImageRef
+	request    string
+	revision   string
+	note       string
+	evaluated  string
+}
+
+// apply writes r into st: latestRef (and observedPreviousRef when it changes), the request
+// handled, Ready=True with Flux's message and the note, and TagsEvaluated with the revision.
+// It returns whether latestRef changed, and the one it replaced.
+func (r resolution) apply(st *v1.ImagePolicyStatus) (changed bool, previous *v1.ImageRef) {
+	if st.LatestRef == nil || *st.LatestRef != *r.latest {
+		changed, previous = true, st.LatestRef
+		st.ObservedPreviousRef = st.LatestRef
+		ref := *r.latest
+		st.LatestRef = &ref
+	}
+	st.ObservedGeneration = r.generation
+	if r.request != "" {
+		st.LastHandledReconcileAt = r.request
+	}
+	markSucceeded(&st.Conditions, r.generation, withNote(readyMessage(st), r.note))
+	// The cron reconciler compares this with the repository's revision to find policies
+	// whose TagsChanged event was lost.
+	set(&st.Conditions, metav1.Condition{Type: v1.TagsEvaluatedCondition, Status: metav1.ConditionTrue, Reason: r.evaluated,
+		Message: r.revision, ObservedGeneration: r.generation})
+	return changed, previous
 }
 
 // withNote appends note to message.

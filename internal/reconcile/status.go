@@ -103,18 +103,9 @@ func (w statusWriter[T]) fail(ctx context.Context, obj T, reason string, stalled
 	}
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
-	generation := obj.GetGeneration()
+	failed := failedStatus{generation: obj.GetGeneration(), request: token, reason: reason, stalled: stalled, message: message}
 	updated, err := w.write(wctx, obj, func(o T) error {
-		f := w.fields(o)
-		*f.observedGeneration = generation
-		if token != "" {
-			*f.lastHandled = token
-		}
-		if stalled {
-			markStalled(f.conditions, generation, reason, message)
-		} else {
-			markFailed(f.conditions, generation, reason, message)
-		}
+		failed.apply(w.fields(o))
 		return nil
 	})
 	if err != nil {
@@ -122,6 +113,29 @@ func (w statusWriter[T]) fail(ctx context.Context, obj T, reason string, stalled
 	}
 	w.recorder.Warning(updated, reason, message)
 	return updated, nil
+}
+
+// failedStatus is a failed reconciliation of an object's generation: the reconcile request
+// handled (if any), the reason, whether only a spec change cures it, and the message.
+type failedStatus struct {
+	generation int64
+	request    string
+	reason     string
+	stalled    bool
+	message    string
+}
+
+// apply writes s into the status fields f, leaving the other fields as they are.
+func (s failedStatus) apply(f statusFields) {
+	*f.observedGeneration = s.generation
+	if s.request != "" {
+		*f.lastHandled = s.request
+	}
+	if s.stalled {
+		markStalled(f.conditions, s.generation, s.reason, s.message)
+	} else {
+		markFailed(f.conditions, s.generation, s.reason, s.message)
+	}
 }
 
 // acknowledge records obj's reconcile request as handled without acting on it, as Flux does for

@@ -1,0 +1,198 @@
+package reconcile
+
+import (
+	"strings"
+	"testing"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/store"
+)
+
+// evaluatedStatus is the status that an evaluation of pol without spec.verify leaves, decided
+// as Evaluator.evaluate decides it, without its reads: repo is the ImageRepository referred to
+// (nil: it does not exist), tags the tags stored for it (nil: none stored). Its digest policy
+// must not ask the registry.
+func evaluatedStatus(pol *v1.ImagePolicy, repo *v1.ImageRepository, tags []string) (string, *v1.ImagePolicy) {
+	out := pol.DeepCopy()
+	token := out.Annotations[v1.ReconcileRequestAnnotation]
+	fail := func(f failure) (string, *v1.ImagePolicy) {
+		failedStatus{generation: out.Generation, request: token, reason: f.reason, stalled: f.stalled,
+			message: failureMessage(f.cause)}.apply(policyFields(out))
+		if f.stalled {
+			return PolicyStalled, out
+		}
+		return PolicyFailed, out
+	}
+	if repo == nil {
+		return fail(repositoryMissing(pol.RepositoryNamespace(), pol.Spec.ImageRepositoryRef.Name))
+	}
+	_, sel, bad := specOf(pol, repo)
+	if bad != nil {
+		return fail(*bad)
+	}
+	if tags == nil {
+		return fail(noTagsFailure(repo, store.ErrNotFound))
+	}
+	latest, bad := latestOf(sel, repo, tags)
+	if bad != nil {
+		return fail(*bad)
+	}
+	resolution{generation: out.Generation, latest: latest, request: token, revision: "rev",
+		evaluated: v1.EvaluatedReason}.apply(&out.Status)
+	return PolicySucceeded, out
+}
+
+// TestEvaluateRules is the specification of one evaluation without spec.verify: each case is a
+// repository (or none), its stored tags (or none), a policy whose status already holds a
+// latestRef, and the status the evaluation must leave. TestEvaluateIntegrationRules runs some
+// of them through the apiserver and the tag store.
+func TestEvaluateRules(t *testing.T) {
+	const image = "ghcr.io/org/app"
+	prior := func() *v1.ImageRef { return &v1.ImageRef{Name: image, Tag: "0.0.1"} }
+	semver := func(r string) v1.ImagePolicyChoice { return v1.ImagePolicyChoice{SemVer: &v1.SemVerPolicy{Range: r}} }
+	for _, tc := range []struct {
+		name    string
+		image   string // "" means image
+		noRepo  bool
+		tags    []string // nil means no store entry
+		spec    v1.ImagePolicySpec
+		result  string
+		tag     string // the new latest tag; "" means the prior one is kept
+		reason  string
+		message string
+		stalled bool
+	}{
+		{name: "semver", tags: []string{"1.0.0", "1.2.0", "2.0.0-rc.1", "latest"},
+			spec:   v1.ImagePolicySpec{Policy: semver(">=1.0.0")},
+			result: PolicySucceeded, tag: "1.2.0", reason: v1.SucceededReason,
+			message: "Latest image tag for 'ghcr.io/org/app' updated from 0.0.1 to 1.2.0"},
+		{name: "semver-prerelease", tags: []string{"1.0.0", "1.2.0", "2.0.0-rc.1"},
+			spec:   v1.ImagePolicySpec{Policy: semver(">=1.0.0-0")},
+			result: PolicySucceeded, tag: "2.0.0-rc.1", reason: v1.SucceededReason,
+			message: "updated from 0.0.1 to 2.0.0-rc.1"},
+		{name: "alphabetical-desc", tags: []string{"beta", "alpha", "gamma"},
+			spec:   v1.ImagePolicySpec{Policy: v1.ImagePolicyChoice{Alphabetical: &v1.AlphabeticalPolicy{Order: v1.OrderDesc}}},
+			result: PolicySucceeded, tag: "alpha", reason: v1.SucceededReason, message: "updated from 0.0.1 to alpha"},
+		{name: "numerical", tags: []string{"1", "10", "9"},
+			spec:   v1.ImagePolicySpec{Policy: v1.ImagePolicyChoice{Numerical: &v1.NumericalPolicy{Order: v1.OrderAsc}}},
+			result: PolicySucceeded, tag: "10", reason: v1.SucceededReason, message: "updated from 0.0.1 to 10"},
+		{name: "filter-extract", tags: []string{"main-3-abc", "main-10-def", "dev-20-xyz"},
+			spec: v1.ImagePolicySpec{Policy: v1.ImagePolicyChoice{Numerical: &v1.NumericalPolicy{Order: v1.OrderAsc}},
+				FilterTags: &v1.TagFilter{Pattern: `^main-(?P<n>\d+)-`, Extract: "$n"}},
+			result: PolicySucceeded, tag: "main-10-def", reason: v1.SucceededReason, message: "updated from 0.0.1 to main-10-def"},
+		{name: "same-tag-again", tags: []string{"0.0.1"},
+			spec:   v1.ImagePolicySpec{Policy: semver("*")},
+			result: PolicySucceeded, tag: "0.0.1", reason: v1.SucceededReason, message: "resolved to 0.0.1"},
+		{name: "missing-repository", noRepo: true, tags: []string{"1.0.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver("*")},
+			result: PolicyFailed, reason: v1.DependencyNotReadyReason, message: "does not exist"},
+		{name: "never-scanned",
+			spec:   v1.ImagePolicySpec{Policy: semver("*")},
+			result: PolicyFailed, reason: v1.DependencyNotReadyReason, message: "no tags in the tag store"},
+		{name: "no-tags", tags: []string{},
+			spec:   v1.ImagePolicySpec{Policy: semver("*")},
+			result: PolicyFailed, reason: v1.DependencyNotReadyReason, message: "no tags in the tag store"},
+		{name: "no-candidates", tags: []string{"1.0.0", "1.2.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver(">=5.0.0")},
+			result: PolicyFailed, reason: v1.FailureReason, message: "no candidate tags"},
+		{name: "filter-drops-all", tags: []string{"1.0.0", "1.2.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver("*"), FilterTags: &v1.TagFilter{Pattern: "^release-"}},
+			result: PolicyFailed, reason: v1.FailureReason, message: "matches filterTags pattern"},
+		{name: "numerical-unparsable", tags: []string{"1", "2", "two"},
+			spec:   v1.ImagePolicySpec{Policy: v1.ImagePolicyChoice{Numerical: &v1.NumericalPolicy{Order: v1.OrderAsc}}},
+			result: PolicyFailed, reason: v1.FailureReason, message: `"two"`},
+		{name: "invalid-range", tags: []string{"1.0.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver("not a range")},
+			result: PolicyStalled, reason: v1.InvalidPolicyReason, message: "invalid policy", stalled: true},
+		{name: "invalid-pattern", tags: []string{"1.0.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver("*"), FilterTags: &v1.TagFilter{Pattern: "("}},
+			result: PolicyStalled, reason: v1.InvalidPolicyReason, message: "invalid policy", stalled: true},
+		{name: "invalid-image", image: "https://ghcr.io/org/app", tags: []string{"1.0.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver("*")},
+			result: PolicyStalled, reason: v1.ImageURLInvalidReason, message: "URL scheme", stalled: true},
+		{name: "invalid-image-checked-before-the-spec", image: "https://ghcr.io/org/app", tags: []string{"1.0.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver("not a range")},
+			result: PolicyStalled, reason: v1.ImageURLInvalidReason, message: "URL scheme", stalled: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img := image
+			if tc.image != "" {
+				img = tc.image
+			}
+			var repo *v1.ImageRepository
+			if !tc.noRepo {
+				repo = &v1.ImageRepository{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: tc.name, UID: "r1"},
+					Spec: v1.ImageRepositorySpec{Image: img}}
+			}
+			spec := tc.spec
+			spec.ImageRepositoryRef = v1.NamespacedObjectReference{Name: tc.name}
+			pol := &v1.ImagePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: tc.name, Generation: 1},
+				Spec: spec, Status: v1.ImagePolicyStatus{LatestRef: prior()}}
+
+			result, p := evaluatedStatus(pol, repo, tc.tags)
+			if result != tc.result {
+				t.Errorf("result %q, want %q", result, tc.result)
+			}
+			status := metav1.ConditionFalse
+			if tc.tag != "" {
+				status = metav1.ConditionTrue
+			}
+			checkPolicyReady(t, p, readyWant{status, tc.reason, tc.message, tc.stalled})
+			want := prior()
+			switch {
+			case tc.tag == "":
+				if p.Status.ObservedPreviousRef != nil {
+					t.Errorf("a failure set observedPreviousRef %s", p.Status.ObservedPreviousRef)
+				}
+			case tc.tag == prior().Tag:
+				if p.Status.ObservedPreviousRef != nil {
+					t.Errorf("the same latestRef set observedPreviousRef %s", p.Status.ObservedPreviousRef)
+				}
+			default:
+				want = &v1.ImageRef{Name: img, Tag: tc.tag}
+				if got := p.Status.ObservedPreviousRef; got == nil || *got != *prior() {
+					t.Errorf("observedPreviousRef %v, want %s", got, prior())
+				}
+			}
+			if got := p.Status.LatestRef; got == nil || *got != *want {
+				t.Errorf("latestRef %v, want %s", got, want)
+			}
+		})
+	}
+}
+
+// readyWant is the outcome checkPolicyReady expects: Ready's status and reason, a part of its
+// message, and whether the policy is stalled.
+type readyWant struct {
+	status  metav1.ConditionStatus
+	reason  string
+	msg     string
+	stalled bool
+}
+
+// checkPolicyReady checks the Ready, Reconciling and Stalled conditions of a policy as Flux's
+// conventions set them for the outcome want; Reconciling is set on a failure that is retried.
+func checkPolicyReady(t *testing.T, p *v1.ImagePolicy, want readyWant) {
+	t.Helper()
+	status, reason, msg, stalled := want.status, want.reason, want.msg, want.stalled
+	ready := apimeta.FindStatusCondition(p.Status.Conditions, v1.ReadyCondition)
+	if ready == nil {
+		t.Fatalf("no Ready condition: %+v", p.Status)
+	}
+	if ready.Status != status || ready.Reason != reason || !strings.Contains(ready.Message, msg) {
+		t.Errorf("Ready = %s %s %q, want %s %s containing %q", ready.Status, ready.Reason, ready.Message, status, reason, msg)
+	}
+	if ready.ObservedGeneration != p.Generation || p.Status.ObservedGeneration != p.Generation {
+		t.Errorf("observed generation %d (Ready %d), want %d", p.Status.ObservedGeneration, ready.ObservedGeneration, p.Generation)
+	}
+	if got := apimeta.IsStatusConditionTrue(p.Status.Conditions, v1.StalledCondition); got != stalled {
+		t.Errorf("Stalled = %v, want %v", got, stalled)
+	}
+	wantReconciling := status == metav1.ConditionFalse && !stalled
+	if got := apimeta.IsStatusConditionTrue(p.Status.Conditions, v1.ReconcilingCondition); got != wantReconciling {
+		t.Errorf("Reconciling = %v, want %v", got, wantReconciling)
+	}
+}
