@@ -196,3 +196,63 @@ func checkPolicyReady(t *testing.T, p *v1.ImagePolicy, want readyWant) {
 		t.Errorf("Reconciling = %v, want %v", got, wantReconciling)
 	}
 }
+
+// TestAccessFromDenies carries the decisions of TestEvaluateIntegrationCrossNamespace: which
+// namespaces an ImageRepository's accessFrom admits, as Flux decides it.
+func TestAccessFromDenies(t *testing.T) {
+	repo := func(from *v1.AccessFrom) *v1.ImageRepository {
+		return &v1.ImageRepository{ObjectMeta: metav1.ObjectMeta{Namespace: "shared", Name: "app"},
+			Spec: v1.ImageRepositorySpec{Image: "ghcr.io/org/app", AccessFrom: from}}
+	}
+	selectors := func(s ...map[string]string) *v1.AccessFrom {
+		from := &v1.AccessFrom{}
+		for _, l := range s {
+			from.NamespaceSelectors = append(from.NamespaceSelectors, v1.NamespaceSelector{MatchLabels: l})
+		}
+		return from
+	}
+	blue, red := map[string]string{"team": "blue"}, map[string]string{"team": "red"}
+	for _, tc := range []struct {
+		name   string
+		repo   *v1.ImageRepository
+		ns     string
+		labels map[string]string
+		denial string // "" means admitted
+	}{
+		{"own namespace, no accessFrom", repo(nil), "shared", nil, ""},
+		{"own namespace, accessFrom admits no other", repo(selectors(blue)), "shared", red, ""},
+		{"another namespace, no accessFrom", repo(nil), "red", red,
+			"'shared/app' can't be accessed due to missing ACL labels on 'accessFrom'"},
+		{"an empty selector admits every namespace", repo(selectors(nil)), "red", red, ""},
+		{"an empty selector admits a namespace without labels", repo(selectors(nil)), "plain", nil, ""},
+		{"the second selector matches", repo(selectors(map[string]string{"team": "green"}, blue)), "blue", blue, ""},
+		{"no selector matches", repo(selectors(map[string]string{"team": "green"}, blue)), "red", red,
+			"'shared/app' can't be accessed due to ACL labels mismatch on namespace 'red'"},
+		{"accessFrom without selectors admits none", repo(&v1.AccessFrom{}), "blue", blue,
+			"'shared/app' can't be accessed due to ACL labels mismatch on namespace 'blue'"},
+		{"every label of the selector must match", repo(selectors(map[string]string{"team": "blue", "env": "prod"})), "blue", blue,
+			"ACL labels mismatch"},
+		{"an invalid selector denies", repo(selectors(map[string]string{"team": "not valid!"})), "blue", blue,
+			"invalid accessFrom selector"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := accessFromDenies(tc.repo, tc.ns, tc.labels)
+			switch {
+			case tc.denial == "" && got != nil:
+				t.Errorf("denied: %v", got)
+			case tc.denial != "" && (got == nil || !strings.Contains(got.Error(), tc.denial)):
+				t.Errorf("denial %v, want one containing %q", got, tc.denial)
+			}
+		})
+	}
+}
+
+// TestCrossNamespaceDenied checks the one answer a policy gets for every refusal: it names only
+// what the policy names, whatever the reason.
+func TestCrossNamespaceDenied(t *testing.T) {
+	pol := &v1.ImagePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "red", Name: "app"}}
+	want := "failed to get the referred ImageRepository: access denied: ImageRepository 'shared/app' does not exist or its accessFrom does not admit namespace 'red'"
+	if got := crossNamespaceDenied(pol, "shared", "app").Error(); got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

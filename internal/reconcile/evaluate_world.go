@@ -219,25 +219,34 @@ func (w *policyWorld) entry(key string, id store.Identity) (store.Entry, error) 
 // policy's status gives one answer for every denial (crossNamespaceDenied). The error is a
 // failure to decide.
 func (w *policyWorld) accessDenied(ctx context.Context, pol *v1.ImagePolicy, repo *v1.ImageRepository) (denied, err error) {
-	if repo.Namespace == pol.Namespace {
-		return nil, nil
+	var nsLabels labels.Set
+	if repo.Namespace != pol.Namespace && repo.Spec.AccessFrom != nil {
+		if nsLabels, err = w.namespaceLabels(ctx, pol.Namespace); err != nil {
+			return nil, fmt.Errorf("reading the labels of namespace %s: %w", pol.Namespace, err)
+		}
+	}
+	return accessFromDenies(repo, pol.Namespace, nsLabels), nil
+}
+
+// accessFromDenies is accessDenied's decision for a policy in namespace ns, whose labels are
+// nsLabels (read only when repo is in another namespace and has accessFrom): nil when repo
+// admits it, else the denial in Flux's words.
+func accessFromDenies(repo *v1.ImageRepository, ns string, nsLabels labels.Set) error {
+	if repo.Namespace == ns {
+		return nil
 	}
 	ref := repo.Namespace + "/" + repo.Name
 	if repo.Spec.AccessFrom == nil {
-		return fmt.Errorf("'%s' can't be accessed due to missing ACL labels on 'accessFrom'", ref), nil
-	}
-	nsLabels, err := w.namespaceLabels(ctx, pol.Namespace)
-	if err != nil {
-		return nil, fmt.Errorf("reading the labels of namespace %s: %w", pol.Namespace, err)
+		return fmt.Errorf("'%s' can't be accessed due to missing ACL labels on 'accessFrom'", ref)
 	}
 	for _, s := range repo.Spec.AccessFrom.NamespaceSelectors {
 		sel, err := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchLabels: s.MatchLabels})
 		if err != nil {
-			return fmt.Errorf("'%s' has an invalid accessFrom selector %v: %w", ref, s.MatchLabels, err), nil
+			return fmt.Errorf("'%s' has an invalid accessFrom selector %v: %w", ref, s.MatchLabels, err)
 		}
 		if sel.Matches(nsLabels) {
-			return nil, nil
+			return nil
 		}
 	}
-	return fmt.Errorf("'%s' can't be accessed due to ACL labels mismatch on namespace '%s'", ref, pol.Namespace), nil
+	return fmt.Errorf("'%s' can't be accessed due to ACL labels mismatch on namespace '%s'", ref, ns)
 }
