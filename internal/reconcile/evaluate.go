@@ -452,13 +452,8 @@ func (e *Evaluator) finalize(ctx context.Context, pol *v1.ImagePolicy, out Polic
 // none for Never; the current one for IfNotPresent when the image is the same and already has
 // one; otherwise the registry's answer to a HEAD with the repository's credentials and timeout.
 func (e *Evaluator) digest(ctx context.Context, pol *v1.ImagePolicy, repo *v1.ImageRepository, latest *v1.ImageRef) (string, error) {
-	switch pol.GetDigestReflectionPolicy() {
-	case v1.ReflectNever:
-		return "", nil
-	case v1.ReflectIfNotPresent:
-		if old := pol.Status.LatestRef; old != nil && old.Name == latest.Name && old.Tag == latest.Tag && old.Digest != "" {
-			return old.Digest, nil
-		}
+	if digest, ask := knownDigest(pol, latest); !ask {
+		return digest, nil
 	}
 	scan, err := e.Registry.Prepare(ctx, e.Kube, repo)
 	if err != nil {
@@ -466,6 +461,21 @@ func (e *Evaluator) digest(ctx context.Context, pol *v1.ImagePolicy, repo *v1.Im
 	}
 	defer scan.Close()
 	return scan.Head(ctx, latest.Tag)
+}
+
+// knownDigest is the digest that latestRef gets under pol's digestReflectionPolicy without
+// asking the registry, or ask when only the registry knows it: none for Never; the current one
+// for IfNotPresent when latest is the same image and tag and already has one; else ask.
+func knownDigest(pol *v1.ImagePolicy, latest *v1.ImageRef) (digest string, ask bool) {
+	switch pol.GetDigestReflectionPolicy() {
+	case v1.ReflectNever:
+		return "", false
+	case v1.ReflectIfNotPresent:
+		if old := pol.Status.LatestRef; old != nil && old.Name == latest.Name && old.Tag == latest.Tag && old.Digest != "" {
+			return old.Digest, false
+		}
+	}
+	return "", true
 }
 
 // succeed writes a successful evaluation from inputs: latestRef (and observedPreviousRef when

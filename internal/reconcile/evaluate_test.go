@@ -256,3 +256,39 @@ func TestCrossNamespaceDenied(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// TestKnownDigest carries the decisions of TestEvaluateIntegrationDigestReflection: when
+// latestRef's digest is known without a HEAD to the registry.
+func TestKnownDigest(t *testing.T) {
+	const image = "ghcr.io/org/app"
+	ref := func(tag, digest string) *v1.ImageRef { return &v1.ImageRef{Name: image, Tag: tag, Digest: digest} }
+	for _, tc := range []struct {
+		name    string
+		reflect v1.ReflectionPolicy
+		current *v1.ImageRef
+		latest  *v1.ImageRef
+		digest  string
+		ask     bool
+	}{
+		{"Never has no digest", v1.ReflectNever, ref("1.0.0", "sha256:a"), ref("1.0.0", ""), "", false},
+		{"Never for a new tag", v1.ReflectNever, nil, ref("1.1.0", ""), "", false},
+		{"unset is Never", "", ref("1.0.0", "sha256:a"), ref("1.1.0", ""), "", false},
+		{"IfNotPresent keeps the digest of the same tag", v1.ReflectIfNotPresent, ref("1.0.0", "sha256:a"), ref("1.0.0", ""), "sha256:a", false},
+		{"IfNotPresent asks for a new tag", v1.ReflectIfNotPresent, ref("1.0.0", "sha256:a"), ref("1.1.0", ""), "", true},
+		{"IfNotPresent asks when the tag has none", v1.ReflectIfNotPresent, ref("1.0.0", ""), ref("1.0.0", ""), "", true},
+		{"IfNotPresent asks without a latestRef", v1.ReflectIfNotPresent, nil, ref("1.0.0", ""), "", true},
+		{"IfNotPresent asks for another image", v1.ReflectIfNotPresent, &v1.ImageRef{Name: "ghcr.io/org/old", Tag: "1.0.0", Digest: "sha256:a"},
+			ref("1.0.0", ""), "", true},
+		{"Always asks for the same tag", v1.ReflectAlways, ref("1.0.0", "sha256:a"), ref("1.0.0", ""), "", true},
+		{"Always asks for a new tag", v1.ReflectAlways, nil, ref("1.0.0", ""), "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := &v1.ImagePolicy{Spec: v1.ImagePolicySpec{DigestReflectionPolicy: tc.reflect},
+				Status: v1.ImagePolicyStatus{LatestRef: tc.current}}
+			digest, ask := knownDigest(pol, tc.latest)
+			if digest != tc.digest || ask != tc.ask {
+				t.Errorf("knownDigest = %q, ask %v; want %q, ask %v", digest, ask, tc.digest, tc.ask)
+			}
+		})
+	}
+}
