@@ -516,11 +516,11 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, latest *v1
 	}
 	markStep(ctx, "written")
 	e.remember(pol, inputs)
-	if out.Changed || !wasReady {
+	normal, warning := successEvents{changed: out.Changed, wasReady: wasReady, oldMessage: oldMessage, note: note}.of(&updated.Status)
+	if normal {
 		e.Recorder.Normal(updated, v1.SucceededReason, readyMessage(&updated.Status))
 	}
-	// The stored message is bounded (set), so it is compared as stored.
-	if message := redact.Text(withNote(readyMessage(&updated.Status), note)); note != "" && (out.Changed || message != oldMessage) {
+	if warning {
 		e.Recorder.Warning(updated, v1.VerificationErrorReason, note)
 	}
 	if out.Changed && e.Sink != nil {
@@ -566,6 +566,26 @@ func (r resolution) apply(st *v1.ImagePolicyStatus) (changed bool, previous *v1.
 	set(&st.Conditions, metav1.Condition{Type: v1.TagsEvaluatedCondition, Status: metav1.ConditionTrue, Reason: r.evaluated,
 		Message: r.revision, ObservedGeneration: r.generation})
 	return changed, previous
+}
+
+// successEvents is what a successful evaluation's Events depend on: whether latestRef changed,
+// whether the policy was Ready before and with which message, and the note on skipped tags.
+type successEvents struct {
+	changed    bool
+	wasReady   bool
+	oldMessage string
+	note       string
+}
+
+// of tells which Events a success that left st records: a Normal one with Flux's message when
+// latestRef changed or the policy was not Ready; a Warning with the note when there is one and
+// latestRef changed or the Ready message did not already hold it.
+func (s successEvents) of(st *v1.ImagePolicyStatus) (normal, warning bool) {
+	normal = s.changed || !s.wasReady
+	// The stored message is bounded (set), so it is compared as stored.
+	message := redact.Text(withNote(readyMessage(st), s.note))
+	warning = s.note != "" && (s.changed || message != s.oldMessage)
+	return normal, warning
 }
 
 // withNote appends note to message.

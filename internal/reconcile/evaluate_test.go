@@ -292,3 +292,31 @@ func TestKnownDigest(t *testing.T) {
 		})
 	}
 }
+
+// TestSuccessEvents carries the Event decisions of TestEvaluateIntegrationPolicyEdited and of
+// the verified selections' notes: which Events a successful evaluation records.
+func TestSuccessEvents(t *testing.T) {
+	st := &v1.ImagePolicyStatus{LatestRef: &v1.ImageRef{Name: "ghcr.io/org/app", Tag: "1.1.0"}}
+	resolved := "Latest image tag for 'ghcr.io/org/app' resolved to 1.1.0"
+	const note = "1.2.0 skipped: no signature verifies"
+	for _, tc := range []struct {
+		name            string
+		in              successEvents
+		normal, warning bool
+	}{
+		{"a new latestRef", successEvents{changed: true, wasReady: true, oldMessage: "before"}, true, false},
+		{"the same latestRef, Ready before", successEvents{wasReady: true, oldMessage: resolved}, false, false},
+		{"the same latestRef, not Ready before", successEvents{oldMessage: "no tags"}, true, false},
+		{"a new note", successEvents{wasReady: true, oldMessage: resolved, note: note}, false, true},
+		{"the same note again", successEvents{wasReady: true, oldMessage: resolved + "; " + note, note: note}, false, false},
+		{"the same note with a new latestRef", successEvents{changed: true, wasReady: true, oldMessage: resolved + "; " + note, note: note}, true, true},
+		{"a note after a failure", successEvents{oldMessage: "failed", note: note}, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			normal, warning := tc.in.of(st)
+			if normal != tc.normal || warning != tc.warning {
+				t.Errorf("Normal %v, Warning %v; want %v, %v", normal, warning, tc.normal, tc.warning)
+			}
+		})
+	}
+}
