@@ -1,0 +1,171 @@
+package reconcile
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/imagereflector/reflector/internal/api/v1"
+	"github.com/imagereflector/reflector/internal/policy"
+	"github.com/imagereflector/reflector/internal/store"
+)
+
+// verdictsOnly is an ImageVerifier for selections whose every verdict the Evaluator already
+// remembers: asked, it fails the test.
+type verdictsOnly struct{ t *testing.T }
+
+func (verdictsOnly) ID() string { return "trusted-keys" }
+
+func (v verdictsOnly) Verify(context.Context, name.Repository, string, ...remote.Option) (bool, string, error) {
+	v.t.Error("the registry was asked for a verdict the Evaluator remembers")
+	return false, "", errors.New("not remembered")
+}
+
+// verifiedCase is a selection among verified tags: the stored tags, the verdict on each one
+// checked ("" verifies, else why not), and the policy's spec.
+type verifiedCase struct {
+	tags     []string
+	verdicts map[string]string
+	spec     v1.ImagePolicySpec
+}
+
+// verifiedStatus decides as Evaluator.evaluateVerified does, with every digest and verdict
+// remembered, so that nothing is read: the selection, and the status it leaves on a policy of
+// generation 1 whose latestRef is app:0.0.1.
+func verifiedStatus(t *testing.T, c verifiedCase) (checked int, result string, pol *v1.ImagePolicy) {
+	const key, revision, image = "apps/app", "rev", "ghcr.io/org/app"
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	e := &Evaluator{Now: func() time.Time { return now }}
+	for tag, why := range c.verdicts {
+		digest := fmt.Sprintf("sha256:%x", sha256.Sum256([]byte(tag)))
+		e.memo.putDigest(memoTag{key: key, revision: revision, tag: tag}, digest)
+		e.memo.putVerdict(memoVerdict{verifier: verdictsOnly{}.ID(), digest: digest},
+			verdict{ok: why == "", reason: why, at: now})
+	}
+	pol = &v1.ImagePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "app", Generation: 1}, Spec: c.spec,
+		Status: v1.ImagePolicyStatus{LatestRef: &v1.ImageRef{Name: image, Tag: "0.0.1"}}}
+	repo := &v1.ImageRepository{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "app"},
+		Spec: v1.ImageRepositorySpec{Image: image}}
+	sel, err := policy.NewSelector(c.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := evaluation{pol: pol, repo: repo, sel: sel, iv: verdictsOnly{t}}
+	tag, digest, skipped, checked, err := e.selectVerified(context.Background(), ev,
+		storedTags{key: key, entry: store.Entry{Tags: c.tags, Revision: revision}})
+	out := pol.DeepCopy()
+	if f, failed := verifiedFailure(tag, checked, skipped, err); failed {
+		failedStatus{generation: 1, reason: f.reason, stalled: f.stalled, message: failureMessage(f.cause)}.apply(policyFields(out))
+		return checked, PolicyFailed, out
+	}
+	latest := &v1.ImageRef{Name: image, Tag: tag}
+	latest.Digest = verifiedDigest(pol, latest, digest)
+	evaluated := v1.EvaluatedReason
+	if len(skipped) > 0 {
+		evaluated = v1.SkippedUnverifiedReason
+	}
+	resolution{generation: 1, latest: latest, revision: revision, note: skippedNoteOf(skipped),
+		evaluated: evaluated}.apply(&out.Status)
+	return checked, PolicySucceeded, out
+}
+
+// TestSelectVerified carries the decisions of the verified selections' integration tests
+// (internal/reconcile/verifytest): which tag a policy with spec.verify selects given the verdict
+// on each candidate's signature, what it says of the better tags it skipped, and when it keeps
+// latestRef. Which signatures verify is internal/signature's part, tested there.
+func TestSelectVerified(t *testing.T) {
+	semver := func(r string) v1.ImagePolicySpec {
+		return v1.ImagePolicySpec{Policy: v1.ImagePolicyChoice{SemVer: &v1.SemVerPolicy{Range: r}},
+			Verify: &v1.OCIRepositoryVerification{Provider: "cosign"}}
+	}
+	var eleven []string
+	elevenVerdicts := map[string]string{}
+	for i := 0; i <= 10; i++ {
+		tag := fmt.Sprintf("1.%d.0", i)
+		eleven = append(eleven, tag)
+		elevenVerdicts[tag] = "no signature verifies with the trusted keys"
+	}
+	elevenVerdicts["1.0.0"] = ""
+	for _, tc := range []struct {
+		name      string
+		c         verifiedCase
+		result    string
+		tag       string // "" means latestRef is kept
+		checked   int
+		ready     string // part of Ready's message
+		evaluated string // TagsEvaluated's reason after a success
+	}{
+		{name: "the best verifies",
+			c:      verifiedCase{tags: []string{"1.0.0", "1.1.0"}, verdicts: map[string]string{"1.1.0": ""}, spec: semver("*")},
+			result: PolicySucceeded, tag: "1.1.0", checked: 1,
+			ready: "Latest image tag for 'ghcr.io/org/app' updated from 0.0.1 to 1.1.0", evaluated: v1.EvaluatedReason},
+		{name: "better tags that do not verify are skipped and named",
+			c: verifiedCase{tags: []string{"1.0.0", "1.1.0", "1.3.0", "1.4.0", "1.5.0"}, spec: semver("*"),
+				verdicts: map[string]string{"1.5.0": "tampered", "1.4.0": "signed for another image",
+					"1.3.0": "no signature verifies with the trusted keys", "1.1.0": ""}},
+			result: PolicySucceeded, tag: "1.1.0", checked: 4,
+			ready:     "updated from 0.0.1 to 1.1.0; " + skippedNote + "1.5.0 (tampered), 1.4.0 (signed for another image), 1.3.0 (no signature verifies with the trusted keys)",
+			evaluated: v1.SkippedUnverifiedReason},
+		{name: "an unsigned better tag is skipped",
+			c: verifiedCase{tags: []string{"1.0.0", "2.0.0"}, spec: semver("*"),
+				verdicts: map[string]string{"2.0.0": "not signed", "1.0.0": ""}},
+			result: PolicySucceeded, tag: "1.0.0", checked: 2, ready: skippedNote + "2.0.0 (not signed)",
+			evaluated: v1.SkippedUnverifiedReason},
+		{name: "the range applies before the signatures",
+			c: verifiedCase{tags: []string{"1.0.0", "1.1.0", "2.0.0"}, spec: semver("1.x"),
+				verdicts: map[string]string{"1.1.0": ""}},
+			result: PolicySucceeded, tag: "1.1.0", checked: 1, evaluated: v1.EvaluatedReason},
+		{name: "none verifies: latestRef is kept",
+			c: verifiedCase{tags: []string{"1.0.0", "1.1.0"}, spec: semver("*"),
+				verdicts: map[string]string{"1.1.0": "not signed", "1.0.0": "no signature verifies with the trusted keys"}},
+			result: PolicyFailed, checked: 2,
+			ready: "no signature verifies for any of the 2 best tags, so latestRef is kept: 1.1.0 (not signed), 1.0.0 (no signature verifies with the trusted keys)"},
+		{name: "at most ten are checked",
+			c:      verifiedCase{tags: eleven, spec: semver("*"), verdicts: elevenVerdicts},
+			result: PolicyFailed, checked: MaxVerifiedCandidates, ready: "no signature verifies for any of the 10 best tags"},
+		{name: "no candidate",
+			c:      verifiedCase{tags: []string{"1.0.0"}, spec: semver(">=2.0.0")},
+			result: PolicyFailed, ready: "no candidate tags"},
+		{name: "filterTags applies before the signatures",
+			c: verifiedCase{tags: []string{"main-1", "main-2", "dev-9"}, verdicts: map[string]string{"main-2": "not signed", "main-1": ""},
+				spec: v1.ImagePolicySpec{Policy: v1.ImagePolicyChoice{Numerical: &v1.NumericalPolicy{Order: v1.OrderAsc}},
+					FilterTags: &v1.TagFilter{Pattern: `^main-(?P<n>\d+)$`, Extract: "$n"},
+					Verify:     &v1.OCIRepositoryVerification{Provider: "cosign"}}},
+			result: PolicySucceeded, tag: "main-1", checked: 2, ready: skippedNote + "main-2 (not signed)",
+			evaluated: v1.SkippedUnverifiedReason},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checked, result, p := verifiedStatus(t, tc.c)
+			if result != tc.result || checked != tc.checked {
+				t.Errorf("result %q after %d checked, want %q after %d", result, checked, tc.result, tc.checked)
+			}
+			ready := condition(p, v1.ReadyCondition)
+			if ready == nil || !strings.Contains(ready.Message, tc.ready) {
+				t.Fatalf("Ready = %+v, want a message containing %q", ready, tc.ready)
+			}
+			if tc.tag == "" {
+				if p.Status.LatestRef.Tag != "0.0.1" || ready.Status != metav1.ConditionFalse {
+					t.Errorf("latestRef %s, Ready %s; want 0.0.1 kept, Ready False", p.Status.LatestRef, ready.Status)
+				}
+				return
+			}
+			if p.Status.LatestRef.Tag != tc.tag || ready.Status != metav1.ConditionTrue {
+				t.Errorf("latestRef %s, Ready %s; want %s, Ready True", p.Status.LatestRef, ready.Status, tc.tag)
+			}
+			if ev := condition(p, v1.TagsEvaluatedCondition); ev == nil || ev.Reason != tc.evaluated {
+				t.Errorf("TagsEvaluated = %+v, want reason %s", ev, tc.evaluated)
+			}
+			if got := skippedUnverified(p.Status.Conditions); got != (tc.evaluated == v1.SkippedUnverifiedReason) {
+				t.Errorf("skippedUnverified = %v", got)
+			}
+		})
+	}
+}
