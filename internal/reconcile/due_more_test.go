@@ -59,36 +59,6 @@ func TestPolicyEventNotDue(t *testing.T) {
 	}
 }
 
-// TestStoreFaultsDue carries the decisions of TestCronIntegrationStoreFaults and
-// TestCronIntegrationStoreRounds: which objects the cron pass sends again for the tag store's
-// sake, by their status alone.
-func TestStoreFaultsDue(t *testing.T) {
-	ready := func(status metav1.ConditionStatus, reason string) []metav1.Condition {
-		return []metav1.Condition{{Type: v1.ReadyCondition, Status: status, Reason: reason}}
-	}
-	for _, tc := range []struct {
-		name                string
-		conds               []metav1.Condition
-		storeFailed, damage bool
-	}{
-		{"Ready", ready(metav1.ConditionTrue, v1.SucceededReason), false, false},
-		{"never reconciled", nil, false, false},
-		{"the store was full", ready(metav1.ConditionFalse, v1.TagStoreFullReason), true, false},
-		{"the store was damaged", ready(metav1.ConditionFalse, v1.TagStoreDamagedReason), true, true},
-		{"the registry failed", ready(metav1.ConditionFalse, v1.ReadOperationFailedReason), false, false},
-		{"the spec is wrong", ready(metav1.ConditionFalse, v1.InvalidPolicyReason), false, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := storeFailed(tc.conds); got != tc.storeFailed {
-				t.Errorf("storeFailed = %v, want %v", got, tc.storeFailed)
-			}
-			if got := readDamaged(tc.conds); got != tc.damage {
-				t.Errorf("readDamaged = %v, want %v", got, tc.damage)
-			}
-		})
-	}
-}
-
 // TestUnstored checks which repositories that are not due the cron pass scans when the store
 // holds no tags for them: live, not suspended, and last scanned with success.
 func TestUnstored(t *testing.T) {
