@@ -64,6 +64,7 @@ func TestEvaluateRules(t *testing.T) {
 		reason  string
 		message string
 		stalled bool
+		request string // a reconcile request the policy carries
 	}{
 		{name: "semver", tags: []string{"1.0.0", "1.2.0", "2.0.0-rc.1", "latest"},
 			spec:   v1.ImagePolicySpec{Policy: semver(">=1.0.0")},
@@ -116,6 +117,15 @@ func TestEvaluateRules(t *testing.T) {
 		{name: "invalid-image-checked-before-the-spec", image: "https://ghcr.io/org/app", tags: []string{"1.0.0"},
 			spec:   v1.ImagePolicySpec{Policy: semver("not a range")},
 			result: PolicyStalled, reason: v1.ImageURLInvalidReason, message: "URL scheme", stalled: true},
+		{name: "a request handled by a success", request: "r2", tags: []string{"1.0.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver("*")},
+			result: PolicySucceeded, tag: "1.0.0", reason: v1.SucceededReason, message: "updated from 0.0.1 to 1.0.0"},
+		{name: "a request handled by a failure", request: "r2", tags: []string{"1.0.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver(">=2.0.0")},
+			result: PolicyFailed, reason: v1.FailureReason, message: "no candidate tags"},
+		{name: "a request handled by a stall", request: "r2", tags: []string{"1.0.0"},
+			spec:   v1.ImagePolicySpec{Policy: semver("not a range")},
+			result: PolicyStalled, reason: v1.InvalidPolicyReason, message: "invalid policy", stalled: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			img := image
@@ -131,6 +141,10 @@ func TestEvaluateRules(t *testing.T) {
 			spec.ImageRepositoryRef = v1.NamespacedObjectReference{Name: tc.name}
 			pol := &v1.ImagePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: tc.name, Generation: 1},
 				Spec: spec, Status: v1.ImagePolicyStatus{LatestRef: prior()}}
+			pol.Status.LastHandledReconcileAt = "r1"
+			if tc.request != "" {
+				pol.Annotations = map[string]string{v1.ReconcileRequestAnnotation: tc.request}
+			}
 
 			result, p := evaluatedStatus(pol, repo, tc.tags)
 			if result != tc.result {
@@ -159,6 +173,13 @@ func TestEvaluateRules(t *testing.T) {
 			}
 			if got := p.Status.LatestRef; got == nil || *got != *want {
 				t.Errorf("latestRef %v, want %s", got, want)
+			}
+			handled := "r1"
+			if tc.request != "" {
+				handled = tc.request
+			}
+			if got := p.Status.LastHandledReconcileAt; got != handled {
+				t.Errorf("lastHandledReconcileAt %q, want %q", got, handled)
 			}
 		})
 	}
