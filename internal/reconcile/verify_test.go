@@ -78,7 +78,7 @@ func verifiedStatus(t *testing.T, c verifiedCase) (checked int, result string, p
 }
 
 // TestSelectVerified carries the decisions of the verified selections' integration tests
-// (internal/reconcile/verifytest): which tag a policy with spec.verify selects given the verdict
+// (internal/verifytest): which tag a policy with spec.verify selects given the verdict
 // on each candidate's signature, what it says of the better tags it skipped, and when it keeps
 // latestRef. Which signatures verify is internal/signature's part, tested there.
 func TestSelectVerified(t *testing.T) {
