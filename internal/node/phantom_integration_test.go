@@ -66,6 +66,7 @@ type phantom struct {
 	mu     sync.Mutex
 	placed map[string]string // pod name: node
 	owner  map[string]string // pod name: its workload
+	store  map[string]bool   // pod name: whether it mounts the store's claim
 }
 
 // startPhantom registers the phantom node, checks that the scheduler places a pod there that
@@ -77,7 +78,7 @@ func startPhantom(ctx context.Context, t *testing.T, c *node.Cluster) *phantom {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ph := &phantom{PhantomNode: pn, placed: map[string]string{}, owner: map[string]string{}}
+	ph := &phantom{PhantomNode: pn, placed: map[string]string{}, owner: map[string]string{}, store: map[string]bool{}}
 	t.Cleanup(func() {
 		ph.stopWatch()
 		if ph.removed {
@@ -150,6 +151,11 @@ func startPhantom(ctx context.Context, t *testing.T, c *node.Cluster) *phantom {
 			if _, seen := ph.placed[pod.Name]; !seen {
 				ph.placed[pod.Name] = pod.Spec.NodeName
 				ph.owner[pod.Name] = workload(pod)
+				for _, v := range pod.Spec.Volumes {
+					if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == "reflector-store" {
+						ph.store[pod.Name] = true
+					}
+				}
 			}
 			ph.mu.Unlock()
 		}
@@ -177,7 +183,10 @@ func workload(pod *corev1.Pod) string {
 }
 
 // check waits for the CronJob to have placed a pod (it runs each minute), then fails for every
-// pod of reflector-system placed on the phantom node, and removes the node.
+// pod that mounts the store and was placed on the phantom node, and removes the node. Other pods
+// of reflector-system (Knative's ApiServerSource adapter) may go to any node of a real cluster:
+// those placed there are logged. A Deployment's new pod that never runs leaves the old one
+// serving, and the phantom's removal frees the rollout.
 func (ph *phantom) check(ctx context.Context, t *testing.T, c *node.Cluster) {
 	t.Helper()
 	cronPlaced := func() int {
@@ -208,8 +217,14 @@ func (ph *phantom) check(ctx context.Context, t *testing.T, c *node.Cluster) {
 	}
 	ph.mu.Lock()
 	byWorkload := map[string]int{}
-	var wrong []string
+	var wrong, elsewhere []string
 	for pod, n := range ph.placed {
+		if !ph.store[pod] {
+			if n == ph.Name {
+				elsewhere = append(elsewhere, pod)
+			}
+			continue
+		}
 		byWorkload[ph.owner[pod]]++
 		if n == ph.Name {
 			wrong = append(wrong, pod+" ("+ph.owner[pod]+")")
@@ -223,9 +238,13 @@ func (ph *phantom) check(ctx context.Context, t *testing.T, c *node.Cluster) {
 	sort.Strings(counts)
 	sort.Strings(wrong)
 	if len(wrong) > 0 {
-		t.Errorf("pods of reflector-system placed on the phantom node, where nothing runs them: %s", strings.Join(wrong, ", "))
+		t.Errorf("pods that mount the store placed on the phantom node, where nothing runs them: %s", strings.Join(wrong, ", "))
 	} else {
-		t.Logf("pods placed in reflector-system while the phantom node was Ready: %s; none on it", strings.Join(counts, ", "))
+		t.Logf("pods that mount the store placed while the phantom node was Ready: %s; none on it", strings.Join(counts, ", "))
+	}
+	if len(elsewhere) > 0 {
+		sort.Strings(elsewhere)
+		t.Logf("pods of reflector-system without the store placed on the phantom node: %s", strings.Join(elsewhere, ", "))
 	}
 	ph.removed = true
 	if err := ph.Stop(ctx); err != nil {
