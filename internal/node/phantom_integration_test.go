@@ -139,12 +139,18 @@ func startPhantom(ctx context.Context, t *testing.T, c *node.Cluster) *phantom {
 		cancel()
 		t.Fatal(err)
 	}
+	// The pods that were there before (the store's anchor, Knative's adapter) are not counted
+	// when their status changes.
+	before := map[string]bool{}
+	for _, pod := range list.Items {
+		before[pod.Name] = true
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for ev := range w.ResultChan() {
 			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok || ev.Type == watch.Deleted || pod.Spec.NodeName == "" {
+			if !ok || ev.Type == watch.Deleted || pod.Spec.NodeName == "" || before[pod.Name] {
 				continue
 			}
 			ph.mu.Lock()
