@@ -304,6 +304,7 @@ func TestManifestsDryRunIntegration(t *testing.T) {
 		"ClusterRole /reflector-scan",
 		"ClusterRoleBinding /reflector-scan",
 		"PersistentVolumeClaim reflector-system/reflector-store",
+		"Deployment reflector-system/reflector-store",
 		"Service reflector-system/reflector-webhook",
 		"Service reflector-system/reflector-scan",
 		"Service reflector-system/reflector-policy",
@@ -658,9 +659,10 @@ func TestObjectLevelIdentityComponentIntegration(t *testing.T) {
 	}
 }
 
-// TestStoreIsSharedIntegration: every workload that touches the tag store (both functions'
+// TestStoreIsSharedIntegration: every workload that touches the tag store (the functions'
 // Services and the cron reconciler's Jobs) mounts the one ReadWriteOnce claim where its
-// REFLECTOR_STORE_DIR points, and keeps to the node of the others.
+// REFLECTOR_STORE_DIR points, and keeps to the node of a pod with the store's label, which the
+// store's anchor (a Deployment that mounts the claim and never scales to zero) always is.
 func TestStoreIsSharedIntegration(t *testing.T) {
 	env := testenv.Kube(t)
 	installKnativeCRDs(t, env)
@@ -673,7 +675,26 @@ func TestStoreIsSharedIntegration(t *testing.T) {
 		"CronJob/reflector-cron":    {"spec", "jobTemplate", "spec", "template"},
 	}
 	seen := 0
+	anchored := false
 	for _, obj := range build(t, placeholderImages()) {
+		if obj.GetKind() == "Deployment" && obj.GetName() == "reflector-store" {
+			anchored = true
+			if _, err := a.apply(context.Background(), obj, true); err != nil {
+				t.Fatalf("%s rejected: %v", key(obj), err)
+			}
+			replicas, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "spec", "replicas")
+			labels, _, _ := unstructured.NestedStringMap(obj.Object, "spec", "template", "metadata", "labels")
+			volumes, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "volumes")
+			claim := ""
+			if len(volumes) == 1 {
+				vm, _ := volumes[0].(map[string]any)
+				claim, _, _ = unstructured.NestedString(vm, "persistentVolumeClaim", "claimName")
+			}
+			if fmt.Sprint(replicas) != "1" || labels["reflector.imagereflector.io/store"] != "reflector-store" || claim != "reflector-store" {
+				t.Errorf("the store's anchor: %v replicas, labels %v, claim %q; want one pod with the store's label that mounts reflector-store", replicas, labels, claim)
+			}
+			continue
+		}
 		path, ok := podSpecs[obj.GetKind()+"/"+obj.GetName()]
 		if !ok {
 			continue
@@ -691,6 +712,12 @@ func TestStoreIsSharedIntegration(t *testing.T) {
 		terms, _, _ := unstructured.NestedSlice(applied.Object, append(spec, "affinity", "podAffinity", "requiredDuringSchedulingIgnoredDuringExecution")...)
 		if len(terms) != 1 {
 			t.Errorf("%s: %d required pod affinity terms, want the store's", key(obj), len(terms))
+		} else {
+			term, _ := terms[0].(map[string]any)
+			sel, _, _ := unstructured.NestedStringMap(term, "labelSelector", "matchLabels")
+			if sel["reflector.imagereflector.io/store"] != "reflector-store" || term["topologyKey"] != "kubernetes.io/hostname" {
+				t.Errorf("%s: pod affinity %v, want the node of a pod with the store's label", key(obj), term)
+			}
 		}
 		volumes, _, _ := unstructured.NestedSlice(applied.Object, append(spec, "volumes")...)
 		claimVolume := ""
@@ -721,6 +748,9 @@ func TestStoreIsSharedIntegration(t *testing.T) {
 	}
 	if seen != len(podSpecs) {
 		t.Errorf("found %d of the %d workloads", seen, len(podSpecs))
+	}
+	if !anchored {
+		t.Error("knative/ has no Deployment reflector-store, the store's anchor")
 	}
 }
 

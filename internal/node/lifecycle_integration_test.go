@@ -62,6 +62,11 @@ func lifecycle(ctx context.Context, t *testing.T, c *node.Cluster, p *pushes, ku
 		if err := c.ApplyUntil(ctx, "knative/", 2*time.Minute, nil, "-k", kustomization); err != nil {
 			t.Fatal(err)
 		}
+		// The next step needs the Trigger back: until its channel lists the subscription, a
+		// TagsChanged reaches no one.
+		if _, err := c.Kubectl(ctx, nil, "wait", "--for=condition=Ready", "trigger/reflector-tags-changed", "-n", "reflector-system", "--timeout=2m"); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("a deleted ImageRepository", func(t *testing.T) {

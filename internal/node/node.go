@@ -55,6 +55,12 @@ const (
 	RegistryPort = 5000
 	// StorageClass is the default StorageClass, served by the host-path provisioner.
 	StorageClass = "standard"
+	// Zone is the node's topology.kubernetes.io/zone, and the zone that each of its volumes
+	// requires, as a zonal block volume does: a pod that mounts one may be scheduled to any
+	// node of the zone (a PhantomNode too).
+	Zone = "zone-a"
+	// ZoneLabel is the well-known label of a node's zone.
+	ZoneLabel = "topology.kubernetes.io/zone"
 
 	apiServerPort = 6443
 )
@@ -412,6 +418,7 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 		"--cert-dir="+filepath.Join(dir, "pki"),
 		"--hostname-override="+NodeName,
 		"--node-ip="+NodeIP,
+		"--node-labels="+ZoneLabel+"="+Zone,
 		"--v=1",
 	)
 	if err != nil {
@@ -477,7 +484,10 @@ const (
 )
 
 // startStorage applies the StorageClass and offers Volumes local PersistentVolumes of it, each a
-// directory under the node's directory.
+// directory under the node's directory. Each requires the node's zone, not the node: what the
+// scheduler sees is a zonal block volume's affinity, which admits every node of the zone, so a
+// test with a PhantomNode in the zone shows where pods that share a volume go when only their
+// own affinity keeps them together.
 func (c *Cluster) startStorage(ctx context.Context) error {
 	if _, err := c.Apply(ctx, "", []byte(storageClassManifest)); err != nil {
 		return fmt.Errorf("the StorageClass: %w", err)
@@ -497,7 +507,7 @@ func (c *Cluster) startStorage(ctx context.Context) error {
 				StorageClassName:              StorageClass,
 				PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: dir}},
 				NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{NodeName}}},
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: ZoneLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{Zone}}},
 				}}}},
 			},
 		}

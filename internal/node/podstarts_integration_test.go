@@ -210,3 +210,12 @@ func (st startTable) String() string {
 	}
 	return b.String()
 }
+
+// count returns how many pods of each Service the round started.
+func (ps *podStarts) count() map[string]int {
+	n := map[string]int{}
+	for _, s := range ps.seen {
+		n[s.service]++
+	}
+	return n
+}

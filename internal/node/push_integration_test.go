@@ -42,6 +42,8 @@ type pushes struct {
 	transport http.RoundTripper
 	// public is Traefik's public ClusterIP and host the public host of reflector-webhook.
 	public, host string
+	// pushed is when the registry last had a pushed image, and so sent its notification.
+	pushed time.Time
 }
 
 // healthz asks reflector-webhook's /healthz through Traefik's public Service, as a registry
@@ -204,6 +206,7 @@ func (p *pushes) pushToLatest(ctx context.Context, t *testing.T, tag string, wit
 	defer w.Stop()
 	p.push(t, tag)
 	pushed := time.Now()
+	p.pushed = pushed
 	want := p.repo + ":" + tag
 	for ev := range w.ResultChan() {
 		if ev.Type != watch.Modified {
