@@ -71,6 +71,11 @@ var (
 		Help: "Tag store writes and writer opens refused because the volume lacked room.",
 	})
 
+	storeWritten = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "reflector_store_written_bytes_total",
+		Help: "Bytes of keys and values that committed tag store writes set, by cause (write: a listing or a push; compaction: merging deltas into a new base, or sweeping those it replaced).",
+	}, []string{"cause"})
+
 	repositoryTags = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "reflector_repository_tags",
 		Help: "Tags stored for an ImageRepository after its last successful scan.",
@@ -114,7 +119,7 @@ func init() {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		reconcileDuration, webhookRequests, registryRequests, retryAfterWaits, retryAfterSeconds, registryLimiters,
-		storeLockWait, storeDamage, storeFull, repositoryTags, eventsSent, fluxEvents, cronPasses, cronObjects, cronDuration,
+		storeLockWait, storeDamage, storeFull, storeWritten, repositoryTags, eventsSent, fluxEvents, cronPasses, cronObjects, cronDuration,
 		policyVerifySupported,
 	)
 }
@@ -221,6 +226,16 @@ func RecordStoreWait(write bool, waited time.Duration) {
 		mode = "write"
 	}
 	storeLockWait.WithLabelValues(mode).Observe(waited.Seconds())
+}
+
+// RecordStoreWritten counts n bytes that a committed tag store write set, of a compaction when
+// compaction.
+func RecordStoreWritten(n int, compaction bool) {
+	cause := "write"
+	if compaction {
+		cause = "compaction"
+	}
+	storeWritten.WithLabelValues(cause).Add(float64(n))
 }
 
 // SetRepositoryTags records the number of tags stored for an ImageRepository.

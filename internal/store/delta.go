@@ -264,8 +264,7 @@ func (s *Store) compactSoon(key string) {
 		if err != nil {
 			s.opts.logger.Warn("sweeping the deltas of the tag store", "dir", s.dir, "key", key, "error", err)
 		}
-		s.written.Add(int64(n))
-		s.compacted.Add(int64(n))
+		s.count(n, true)
 		if n > 0 {
 			s.flushSoon()
 		}
@@ -287,8 +286,7 @@ func (s *Store) compactNow(db *badger.DB, key string) {
 			s.opts.logger.Warn("compacting the deltas of the tag store", "dir", s.dir, "key", key, "error", err)
 			return
 		}
-		s.written.Add(int64(n))
-		s.compacted.Add(int64(n))
+		s.count(n, true)
 		s.flushSoon()
 		return
 	}

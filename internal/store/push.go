@@ -102,7 +102,7 @@ func (s *Store) Push(ctx context.Context, key string, id Identity, tags []string
 	if err != nil {
 		return Pushed{}, err
 	}
-	s.written.Add(int64(written))
+	s.count(written, false)
 	if due {
 		s.compactSoon(key)
 	}

@@ -55,7 +55,7 @@ func (s *Store) Put(ctx context.Context, key string, id Identity, tags []string,
 	if err != nil {
 		return Entry{}, false, err
 	}
-	s.written.Add(int64(written))
+	s.count(written, false)
 	if swept {
 		// The deltas the new base replaced are left for the sweep.
 		s.compactSoon(key)
@@ -134,7 +134,7 @@ func (s *Store) AddTo(ctx context.Context, key string, base Entry, tags []string
 	if err != nil {
 		return Addition{}, err
 	}
-	s.written.Add(int64(written))
+	s.count(written, false)
 	if due {
 		s.compactSoon(key)
 	}

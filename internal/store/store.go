@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/imagereflector/reflector/internal/metrics"
 )
 
 // Store is the tag store in one directory. It is safe for concurrent use;
@@ -51,8 +53,21 @@ type Store struct {
 	compacting map[string]bool
 
 	// written counts the bytes of keys and values that committed writes set,
-	// compacted those of compactions, for BenchmarkAddTo.
+	// compacted those of compactions and sweeps (count).
 	written, compacted atomic.Int64
+}
+
+// count counts n bytes of keys and values that a committed write set, those of a compaction or
+// sweep when compaction, in the Store and in the process's metrics.
+func (s *Store) count(n int, compaction bool) {
+	if n == 0 {
+		return
+	}
+	s.written.Add(int64(n))
+	if compaction {
+		s.compacted.Add(int64(n))
+	}
+	metrics.RecordStoreWritten(n, compaction)
 }
 
 // state is where the Store is in the life of one open database.
