@@ -73,7 +73,7 @@ var (
 
 	storeWritten = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "reflector_store_written_bytes_total",
-		Help: "Bytes of keys and values that committed tag store writes set, by cause (write: a listing or a push; compaction: merging deltas into a new base, or sweeping those it replaced).",
+		Help: "Bytes of keys and values that committed tag store writes set, by cause (listing, push, or compaction: deltas merged into a new base, and the records it replaced swept).",
 	}, []string{"cause"})
 
 	repositoryTags = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -228,13 +228,15 @@ func RecordStoreWait(write bool, waited time.Duration) {
 	storeLockWait.WithLabelValues(mode).Observe(waited.Seconds())
 }
 
-// RecordStoreWritten counts n bytes that a committed tag store write set, of a compaction when
-// compaction.
-func RecordStoreWritten(n int, compaction bool) {
-	cause := "write"
-	if compaction {
-		cause = "compaction"
-	}
+// Causes of tag store writes.
+const (
+	StoreWriteListing    = "listing"
+	StoreWritePush       = "push"
+	StoreWriteCompaction = "compaction"
+)
+
+// RecordStoreWritten counts n bytes that a committed tag store write set, for cause.
+func RecordStoreWritten(n int, cause string) {
 	storeWritten.WithLabelValues(cause).Add(float64(n))
 }
 

@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/imagereflector/reflector/internal/metrics"
 )
 
 // A push adds its tags as a delta record next to the entry's base list, so that its cost does
@@ -264,7 +266,7 @@ func (s *Store) compactSoon(key string) {
 		if err != nil {
 			s.opts.logger.Warn("sweeping the deltas of the tag store", "dir", s.dir, "key", key, "error", err)
 		}
-		s.count(n, true)
+		s.count(n, metrics.StoreWriteCompaction)
 		if n > 0 {
 			s.flushSoon()
 		}
@@ -286,7 +288,7 @@ func (s *Store) compactNow(db *badger.DB, key string) {
 			s.opts.logger.Warn("compacting the deltas of the tag store", "dir", s.dir, "key", key, "error", err)
 			return
 		}
-		s.count(n, true)
+		s.count(n, metrics.StoreWriteCompaction)
 		s.flushSoon()
 		return
 	}

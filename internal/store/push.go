@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/imagereflector/reflector/internal/metrics"
 )
 
 // Pushed is what Push did to an entry, and what the entry holds after it, without its list.
@@ -102,7 +104,7 @@ func (s *Store) Push(ctx context.Context, key string, id Identity, tags []string
 	if err != nil {
 		return Pushed{}, err
 	}
-	s.count(written, false)
+	s.count(written, metrics.StoreWritePush)
 	if due {
 		s.compactSoon(key)
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/imagereflector/reflector/internal/metrics"
 )
 
 // Put replaces the entry of key with a full listing taken at scanTime for
@@ -55,7 +57,7 @@ func (s *Store) Put(ctx context.Context, key string, id Identity, tags []string,
 	if err != nil {
 		return Entry{}, false, err
 	}
-	s.count(written, false)
+	s.count(written, metrics.StoreWriteListing)
 	if swept {
 		// The deltas the new base replaced are left for the sweep.
 		s.compactSoon(key)
@@ -134,7 +136,7 @@ func (s *Store) AddTo(ctx context.Context, key string, base Entry, tags []string
 	if err != nil {
 		return Addition{}, err
 	}
-	s.count(written, false)
+	s.count(written, metrics.StoreWritePush)
 	if due {
 		s.compactSoon(key)
 	}

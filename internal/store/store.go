@@ -57,17 +57,18 @@ type Store struct {
 	written, compacted atomic.Int64
 }
 
-// count counts n bytes of keys and values that a committed write set, those of a compaction or
-// sweep when compaction, in the Store and in the process's metrics.
-func (s *Store) count(n int, compaction bool) {
+// count counts n bytes of keys and values that a committed write set, in the Store and in the
+// process's metrics, by cause: metrics.StoreWriteListing, StoreWritePush or
+// StoreWriteCompaction (also a sweep).
+func (s *Store) count(n int, cause string) {
 	if n == 0 {
 		return
 	}
 	s.written.Add(int64(n))
-	if compaction {
+	if cause == metrics.StoreWriteCompaction {
 		s.compacted.Add(int64(n))
 	}
-	metrics.RecordStoreWritten(n, compaction)
+	metrics.RecordStoreWritten(n, cause)
 }
 
 // state is where the Store is in the life of one open database.
