@@ -437,13 +437,26 @@ func (pb *pushBench) run(b *testing.B) {
 			b.ReportMetric((v.sum-w.sum)/n*1000, k+"_store_wait_ms")
 		}
 	}
-	for _, c := range []string{stack.Scan, stack.Policy} {
-		hwm, _, err := memory(s.PID(c))
+	// Peak and current RSS of each function, and the current RSS of the three summed: with
+	// -push-every 1s, what the functions hold while one push a second flows (two, one of each kind).
+	functionsRSS := 0.0
+	for _, c := range []string{stack.Scan, stack.Policy, stack.Cron} {
+		hwm, rss, err := memory(s.PID(c))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(hwm)/1024, c+"_peak_MiB")
+		b.ReportMetric(float64(rss)/1024, c+"_rss_MiB")
+		functionsRSS += float64(rss) / 1024
+		// Of the RSS: the Go heap in use, and all that the Go runtime holds from the system (heap,
+		// stacks, its own structures); the rest is the binary's pages and Badger's mappings.
+		m := testenv.Scrape(b, s.Metrics[c])
+		heap, _ := m.Value("go_memstats_heap_inuse_bytes", nil)
+		sys, _ := m.Value("go_memstats_sys_bytes", nil)
+		b.ReportMetric(heap/(1<<20), c+"_heap_MiB")
+		b.ReportMetric(sys/(1<<20), c+"_gosys_MiB")
 	}
+	b.ReportMetric(functionsRSS, "functions_rss_MiB")
 	// What the scan function asked docker-registry: at the default limit these requests share
 	// its bucket of 10 a second, and a confirmation's HEAD that comes before docker-registry
 	// wrote the tag is answered 404 and asked again.
