@@ -71,6 +71,11 @@ var (
 		Help: "Tag store writes and writer opens refused because the volume lacked room.",
 	})
 
+	storeWritten = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "reflector_store_written_bytes_total",
+		Help: "Bytes of keys and values that committed tag store writes set, by cause (listing, push, or compaction: deltas merged into a new base, and the records it replaced swept).",
+	}, []string{"cause"})
+
 	repositoryTags = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "reflector_repository_tags",
 		Help: "Tags stored for an ImageRepository after its last successful scan.",
@@ -114,7 +119,7 @@ func init() {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		reconcileDuration, webhookRequests, registryRequests, retryAfterWaits, retryAfterSeconds, registryLimiters,
-		storeLockWait, storeDamage, storeFull, repositoryTags, eventsSent, fluxEvents, cronPasses, cronObjects, cronDuration,
+		storeLockWait, storeDamage, storeFull, storeWritten, repositoryTags, eventsSent, fluxEvents, cronPasses, cronObjects, cronDuration,
 		policyVerifySupported,
 	)
 }
@@ -230,6 +235,18 @@ func RecordStoreWait(write bool, waited time.Duration) {
 		mode = "write"
 	}
 	storeLockWait.WithLabelValues(mode).Observe(waited.Seconds())
+}
+
+// Causes of tag store writes.
+const (
+	StoreWriteListing    = "listing"
+	StoreWritePush       = "push"
+	StoreWriteCompaction = "compaction"
+)
+
+// RecordStoreWritten counts n bytes that a committed tag store write set, for cause.
+func RecordStoreWritten(n int, cause string) {
+	storeWritten.WithLabelValues(cause).Add(float64(n))
 }
 
 // SetRepositoryTags records the number of tags stored for an ImageRepository.

@@ -319,7 +319,9 @@ func TestScanOutcomeOfStored(t *testing.T) {
 		}
 		return r
 	}
-	entry := store.Entry{Revision: "sha256:b", Tags: []string{"1.0.0", "1.1.0"}}
+	entry := func(listing string, written bool) stored {
+		return stored{revision: "sha256:b", count: 2, latest: []string{"1.0.0", "1.1.0"}, listing: listing, written: written}
+	}
 	for _, tt := range []struct {
 		name        string
 		res         stored
@@ -327,10 +329,10 @@ func TestScanOutcomeOfStored(t *testing.T) {
 		changed     bool
 		incremental bool
 	}{
-		{"a push added a tag", stored{entry: entry}, repo("sha256:a"), true, true},
-		{"the same list, listed", stored{entry: entry, listing: ListingRequested}, repo("sha256:b"), false, false},
-		{"the same list, replacing another identity's", stored{entry: entry, listing: ListingRequested, written: true}, repo("sha256:b"), true, false},
-		{"never scanned", stored{entry: entry, listing: ListingRequested}, repo(""), true, false},
+		{"a push added a tag", entry("", false), repo("sha256:a"), true, true},
+		{"the same list, listed", entry(ListingRequested, false), repo("sha256:b"), false, false},
+		{"the same list, replacing another identity's", entry(ListingRequested, true), repo("sha256:b"), true, false},
+		{"never scanned", entry(ListingRequested, false), repo(""), true, false},
 	} {
 		out := tt.res.outcome(tt.repo)
 		if out.Changed != tt.changed || out.Incremental != tt.incremental || out.TagCount != 2 || out.Revision != "sha256:b" {

@@ -574,14 +574,20 @@ func (s *Scanner) recorded(ctx context.Context, scanned *v1.ImageRepository, hin
 
 // stored is what a scan left in the tag store.
 type stored struct {
-	entry store.Entry
+	// revision, count and latest are the entry's revision, how many tags it holds and its
+	// greatest tags (at most store.TailTags, ascending), scanTime when a listing last wrote it:
+	// what the status shows, which a push learns without reading the list.
+	revision string
+	count    int
+	latest   []string
+	scanTime time.Time
 	// written tells that a listing replaced the entry's list or identity (store.Store.Put).
 	written bool
 	// listing is why every tag was listed; empty for the incremental path.
 	listing string
 	// added is the incremental path's addition, and digests the digests its tags were
 	// confirmed with; added is nil after a listing.
-	added   *store.Addition
+	added   *store.Pushed
 	digests map[string]string
 	// invalid counts the pushed and listed tags left out for the tag grammar.
 	invalid registry.InvalidTags
@@ -598,8 +604,8 @@ func (res stored) outcome(repo *v1.ImageRepository) ScanOutcome {
 	}
 	// A list that replaced none, or one of another identity, is news to the policies even with
 	// the revision the status shows: they are waiting for it.
-	out := ScanOutcome{Incremental: res.listing == "", Listing: res.listing, Revision: res.entry.Revision,
-		TagCount: len(res.entry.Tags), Changed: res.entry.Revision != prev || res.written,
+	out := ScanOutcome{Incremental: res.listing == "", Listing: res.listing, Revision: res.revision,
+		TagCount: res.count, Changed: res.revision != prev || res.written,
 		InvalidTags: res.invalid.Count, Attached: len(res.attached)}
 	return out
 }
@@ -632,15 +638,17 @@ func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.Ima
 	defer func() { out.attached = attached }()
 	incremental := hint != nil && len(hint.Tags) > 0 && s.specScanned(repo, id.Image)
 	listing := ListingRequested
-	var held store.Entry
+	var held string
 	if incremental {
 		// Pushed tags that the stored list holds cost no request: the notifications of a burst
-		// trail its pushes, and a listing during the burst has seen many of them.
-		held, err = s.Store.Get(ctx, key, id)
+		// trail its pushes, and a listing during the burst has seen many of them. The store
+		// answers from the entry's header and markers, not its list.
+		var missing []string
+		missing, held, err = s.Store.Missing(ctx, key, id, hint.Tags)
 		switch {
 		case err == nil:
 			markStep(ctx, "held")
-			hint = notStored(hint, held.Tags)
+			hint = &Hint{Tags: missing, More: hint.More}
 		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrCorrupt):
 			// Also ErrOtherIdentity: a list taken for another object or spec is no base, nor
 			// is a damaged one, which the listing's Put replaces.
@@ -661,7 +669,7 @@ func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.Ima
 	if incremental {
 		confirmed, digests, unconfirmed := confirmPushed(ctx, sc, hint.Tags)
 		if unconfirmed == "" {
-			res, ok, err := s.addPushed(ctx, key, held, confirmed, digests)
+			res, ok, err := s.addPushed(ctx, heldList{key: key, id: id, revision: held}, confirmed, digests)
 			res.invalid = invalid
 			if err != nil {
 				return res, storeError{err}
@@ -690,7 +698,8 @@ func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.Ima
 	if err != nil {
 		return stored{}, storeError{fmt.Errorf("storing the tags of %s: %w", key, err)}
 	}
-	return stored{entry: entry, written: written, listing: listing, invalid: invalid}, nil
+	return stored{revision: entry.Revision, count: len(entry.Tags), latest: entry.Tags[max(0, len(entry.Tags)-store.TailTags):],
+		scanTime: entry.ScanTime, written: written, listing: listing, invalid: invalid}, nil
 }
 
 // announce tells the policies that the tags of repo changed, in the background: the TagsChanged
@@ -701,7 +710,7 @@ func (s *Scanner) announce(ctx context.Context, repo *v1.ImageRepository, id sto
 	if !changed && len(res.attached) == 0 || s.Sink == nil {
 		return func() {}
 	}
-	data := events.TagsChanged{Namespace: repo.Namespace, Name: repo.Name, Revision: res.entry.Revision,
+	data := events.TagsChanged{Namespace: repo.Namespace, Name: repo.Name, Revision: res.revision,
 		Attached: res.attached}
 	if d := res.delta(id); d != nil {
 		data.Delta = d
@@ -780,8 +789,7 @@ func (res stored) delta(id store.Identity) *events.TagsDelta {
 // the caller has given up since, as the evaluator's and a failure's writes do.
 func (s *Scanner) record(ctx context.Context, repo *v1.ImageRepository, canonical string, res stored, out ScanOutcome) error {
 	token, _ := kube.ReconcileRequest(repo.Annotations)
-	entry := res.entry
-	message := scanMessage(len(entry.Tags), res.invalid)
+	message := scanMessage(res.count, res.invalid)
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	updated, err := s.status().write(wctx, repo, func(r *v1.ImageRepository) error {
@@ -789,10 +797,10 @@ func (s *Scanner) record(ctx context.Context, repo *v1.ImageRepository, canonica
 		r.Status.CanonicalImageName = canonical
 		r.Status.ObservedExclusionList = slices.Clone(repo.GetExclusionList())
 		r.Status.LastScanResult = &v1.ScanResult{
-			Revision:   entry.Revision,
-			TagCount:   len(entry.Tags),
-			ScanTime:   metav1.NewTime(entry.ScanTime),
-			LatestTags: latestTags(entry.Tags),
+			Revision:   res.revision,
+			TagCount:   res.count,
+			ScanTime:   metav1.NewTime(res.scanTime),
+			LatestTags: latestTags(res.latest),
 		}
 		if token != "" {
 			r.Status.LastHandledReconcileAt = token
@@ -803,7 +811,7 @@ func (s *Scanner) record(ctx context.Context, repo *v1.ImageRepository, canonica
 	if err != nil {
 		return fmt.Errorf("writing the status of ImageRepository %s/%s: %w", repo.Namespace, repo.Name, err)
 	}
-	metrics.SetRepositoryTags(repo.Namespace, repo.Name, len(entry.Tags))
+	metrics.SetRepositoryTags(repo.Namespace, repo.Name, res.count)
 	// As Flux does, a scan is news when it found other tags or ended a failure.
 	if out.Changed || !apimeta.IsStatusConditionTrue(repo.Status.Conditions, v1.ReadyCondition) {
 		s.Recorder.Normal(updated, v1.SucceededReason, message)
@@ -865,20 +873,21 @@ func confirmPushed(ctx context.Context, sc *registry.Scan, tags []string) (confi
 	return confirmed, digests, ""
 }
 
-// addPushed adds the confirmed tags, with their digests, to the stored list, which held was
-// read from. It reports false when a full listing must be done instead: the store holds no list
-// of held's identity to add to.
-func (s *Scanner) addPushed(ctx context.Context, key string, held store.Entry, confirmed []string, digests map[string]string) (stored, bool, error) {
-	var (
-		a   store.Addition
-		err error
-	)
-	if len(confirmed) == 0 {
-		a.Entry, err = s.Store.Get(ctx, key, held.Identity)
-		a.From = a.Entry.Revision
-	} else {
-		a, err = s.Store.AddTo(ctx, key, held, confirmed)
-	}
+// heldList names the stored list that Missing found pushed tags missing from: its key, its
+// identity and the revision it had then.
+type heldList struct {
+	key      string
+	id       store.Identity
+	revision string
+}
+
+// addPushed adds the confirmed tags, with their digests, to the held list. It reports false
+// when a full listing must be done instead: the store holds no list of that identity to add to.
+// Neither reads the list: the store answers with the revision, the count and the greatest tags
+// (store.Store.Push).
+func (s *Scanner) addPushed(ctx context.Context, at heldList, confirmed []string, digests map[string]string) (stored, bool, error) {
+	key := at.key
+	p, err := s.Store.Push(ctx, key, at.id, confirmed, at.revision)
 	// Also ErrOtherIdentity: a list taken for another object or spec is no base to add to, nor
 	// is a damaged one.
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCorrupt) {
@@ -887,18 +896,8 @@ func (s *Scanner) addPushed(ctx context.Context, key string, held store.Entry, c
 	if err != nil {
 		return stored{}, false, fmt.Errorf("adding pushed tags to %s: %w", key, err)
 	}
-	return stored{entry: a.Entry, added: &a, digests: digests}, true, nil
-}
-
-// notStored returns hint without the tags that stored, a sorted list, holds.
-func notStored(hint *Hint, stored []string) *Hint {
-	out := &Hint{More: hint.More}
-	for _, tag := range hint.Tags {
-		if _, found := slices.BinarySearch(stored, tag); !found {
-			out.Tags = append(out.Tags, tag)
-		}
-	}
-	return out
+	return stored{revision: p.Revision, count: p.Count, latest: p.Latest, scanTime: p.ScanTime,
+		added: &p, digests: digests}, true, nil
 }
 
 // listed returns the tags of a listing done for a request that named pushed tags, with those of

@@ -11,9 +11,11 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,10 +61,14 @@ spec:
 // (REFLECTOR_REGISTRY_RATE): lifted ("none"), the path itself is measured; at the default of 10
 // requests a second per host, the pushes, which follow each other at about that rate, also wait for
 // the limit. Each starts its own stack once, which later runs of the same sub-benchmark reuse, and
-// stops it when the sub-benchmark is done.
+// stops it when the sub-benchmark is done. At 100,000 tags only the lifted limit is run: the
+// size is there to show what a push costs the functions and the store (storeBytes, vlogBytes).
 func BenchmarkPushToLatest(b *testing.B) {
-	for _, tags := range []int{100, 10_000} {
+	for _, tags := range []int{100, 10_000, 100_000} {
 		for _, limit := range []string{"none", "10"} {
+			if tags > 10_000 && limit != "none" {
+				continue
+			}
 			var pb *pushBench
 			b.Run(fmt.Sprintf("tags=%d/registry_rate=%s", tags, limit), func(sub *testing.B) {
 				if pb == nil {
@@ -104,11 +110,16 @@ func newPushBench(b *testing.B, tags int, limit string) *pushBench {
 	// lists them all.
 	warm := []struct{ policy, tag string }{{"stable", "1.0.0"}, {"preview", "1.3.0-rc.0"}}
 	seed := testenv.RegistryTags("seed-", tags-len(warm))
-	if err := pushTags(ctx, pb.image, seed); err != nil {
+	if tags > 10_000 {
+		seedTags(b, s, "bench/app", seed)
+	} else if err := pushTags(ctx, pb.image, seed); err != nil {
 		b.Fatal(err)
 	}
 	waitNotified(b, s)
-	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(manifests, pb.image))); err != nil {
+	// An interval of an hour, as direct's: the interval scans that e2e's 5 s would add during the
+	// pushes are listings, whose cost grows with the repository and is not a push's.
+	benchManifests := strings.Replace(manifests, "interval: 5s", "interval: 1h", 1)
+	if _, err := s.Env.Apply(ctx, "default", []byte(fmt.Sprintf(benchManifests, pb.image))); err != nil {
 		b.Fatal(err)
 	}
 	// Every policy has a latest image before the measured pushes: a policy that has none yet,
@@ -202,6 +213,86 @@ func waitNotified(b *testing.B, s *stack.Stack) {
 	})
 }
 
+// seedTags tags the image of one push to docker-registry's repository repo with every tag of
+// tags by writing the tag links into the registry's storage, as docker-registry's own tagging
+// writes them: tens of thousands of tags in seconds, where pushing them takes many minutes. The
+// registry sends no notifications for them, which the seed's pushes only sent to be ignored.
+func seedTags(b *testing.B, s *stack.Stack, repo string, tags []string) {
+	b.Helper()
+	if _, err := stack.Push(s.Registry + "/" + repo + ":" + tags[0]); err != nil {
+		b.Fatal(err)
+	}
+	dir := filepath.Join(filepath.Dir(s.StoreDir()), "registry", "data", "docker", "registry", "v2",
+		"repositories", repo, "_manifests", "tags")
+	link, err := os.ReadFile(filepath.Join(dir, tags[0], "current", "link"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	algo, hex, ok := strings.Cut(string(link), ":")
+	if !ok {
+		b.Fatalf("tag link %q", link)
+	}
+	var g errgroup.Group
+	g.SetLimit(8)
+	for _, tag := range tags[1:] {
+		g.Go(func() error {
+			for _, d := range []string{filepath.Join(dir, tag, "current"), filepath.Join(dir, tag, "index", algo, hex)} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					return err
+				}
+				if err := os.WriteFile(filepath.Join(d, "link"), link, 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// storeBytes returns what the scan function and the cron reconciler, the store's writers, have
+// written to it (reflector_store_written_bytes_total), keyed by cause: listing, push or
+// compaction.
+func storeBytes(b *testing.B, s *stack.Stack) map[string]float64 {
+	b.Helper()
+	out := map[string]float64{"listing": 0, "push": 0, "compaction": 0}
+	for _, c := range []string{stack.Scan, stack.Cron} {
+		for _, m := range testenv.Scrape(b, s.Metrics[c])["reflector_store_written_bytes_total"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cause" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// vlogBytes returns the bytes that the store's value-log files take on disk: Badger maps an open
+// file at twice its configured size and fills it as it writes, so the allocated blocks, not the
+// size, are what it wrote.
+func vlogBytes(b *testing.B, s *stack.Stack) float64 {
+	b.Helper()
+	files, err := filepath.Glob(filepath.Join(s.StoreDir(), "*.vlog"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range files {
+		var st syscall.Stat_t
+		if err := syscall.Stat(f, &st); err != nil {
+			if os.IsNotExist(err) {
+				continue
+			}
+			b.Fatal(err)
+		}
+		total += float64(st.Blocks) * 512
+	}
+	return total
+}
+
 // pushTags pushes one image under every tag of tags to image's repository, eight at a time.
 func pushTags(ctx context.Context, image string, tags []string) error {
 	img, err := random.Image(256, 1)
@@ -262,8 +353,10 @@ func (pb *pushBench) run(b *testing.B) {
 	writesBefore := apiserverWrites(b, s)
 	waitsBefore := storeWaits(b, s)
 	cpuBefore, gcBefore := cpuSeconds(b, s), collections(b, s)
+	storeBefore, vlogBefore := storeBytes(b, s), vlogBytes(b, s)
 	profiled := profileAPIServer(b, s, *apiserverProfile)
 	requestsBefore, notFoundBefore := registryRequests(b, s)
+	runStart := time.Now()
 	b.ResetTimer()
 	var began time.Time
 	for range b.N {
@@ -301,6 +394,24 @@ func (pb *pushBench) run(b *testing.B) {
 		return n
 	})
 	pushes := float64(2 * b.N)
+	// What the store wrote for the pushes (the scan function's deltas and their compactions, and
+	// any listing's list), and how much its value log grew.
+	for k, v := range storeBytes(b, s) {
+		b.ReportMetric((v-storeBefore[k])/pushes, "store_"+k+"_B/push")
+	}
+	// A listing writes the whole list: its share of the bytes is not a push's.
+	listings := 0
+	readLog(b, s.Log(stack.Scan), func(line map[string]any) {
+		at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(line["time"]))
+		if line["msg"] == "scan" && line["incremental"] == false && err == nil && at.After(runStart) {
+			listings++
+			b.Logf("a listing during the pushes, %s after they began: %v %v", at.Sub(runStart), line["name"], line["listing"])
+		}
+	})
+	b.ReportMetric(float64(listings)/pushes, "scan_listings/push")
+	vlog := vlogBytes(b, s) - vlogBefore
+	b.ReportMetric(vlog/pushes, "vlog_B/push")
+	b.ReportMetric(vlog/1024, "vlog_growth_KiB")
 	for k, v := range cpuSeconds(b, s) {
 		b.ReportMetric((v-cpuBefore[k])*1000/pushes, k+"_cpu_ms/push")
 	}
@@ -326,13 +437,26 @@ func (pb *pushBench) run(b *testing.B) {
 			b.ReportMetric((v.sum-w.sum)/n*1000, k+"_store_wait_ms")
 		}
 	}
-	for _, c := range []string{stack.Scan, stack.Policy} {
-		hwm, _, err := memory(s.PID(c))
+	// Peak and current RSS of each function, and the current RSS of the three summed: with
+	// -push-every 1s, what the functions hold while one push a second flows (two, one of each kind).
+	functionsRSS := 0.0
+	for _, c := range []string{stack.Scan, stack.Policy, stack.Cron} {
+		hwm, rss, err := memory(s.PID(c))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(hwm)/1024, c+"_peak_MiB")
+		b.ReportMetric(float64(rss)/1024, c+"_rss_MiB")
+		functionsRSS += float64(rss) / 1024
+		// Of the RSS: the Go heap in use, and all that the Go runtime holds from the system (heap,
+		// stacks, its own structures); the rest is the binary's pages and Badger's mappings.
+		m := testenv.Scrape(b, s.Metrics[c])
+		heap, _ := m.Value("go_memstats_heap_inuse_bytes", nil)
+		sys, _ := m.Value("go_memstats_sys_bytes", nil)
+		b.ReportMetric(heap/(1<<20), c+"_heap_MiB")
+		b.ReportMetric(sys/(1<<20), c+"_gosys_MiB")
 	}
+	b.ReportMetric(functionsRSS, "functions_rss_MiB")
 	// What the scan function asked docker-registry: at the default limit these requests share
 	// its bucket of 10 a second, and a confirmation's HEAD that comes before docker-registry
 	// wrote the tag is answered 404 and asked again.

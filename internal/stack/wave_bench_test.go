@@ -365,8 +365,8 @@ func waveIndex(policy string) (int, bool) {
 }
 
 // cpuSeconds returns the CPU seconds used so far by the apiserver (its own
-// process_cpu_seconds_total) and by the scan and policy functions (utime and stime of
-// /proc/<pid>/stat), keyed apiserver, scan and policy.
+// process_cpu_seconds_total) and by the scan and policy functions and the cron reconciler (utime
+// and stime of /proc/<pid>/stat), keyed apiserver, scan, policy and cron.
 func cpuSeconds(b *testing.B, s *stack.Stack) map[string]float64 {
 	b.Helper()
 	out := map[string]float64{}
@@ -381,7 +381,7 @@ func cpuSeconds(b *testing.B, s *stack.Stack) map[string]float64 {
 			}
 		}
 	}
-	for _, c := range []string{stack.Scan, stack.Policy} {
+	for _, c := range []string{stack.Scan, stack.Policy, stack.Cron} {
 		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.PID(c)))
 		if err != nil {
 			b.Fatal(err)

@@ -246,13 +246,53 @@ func BenchmarkAddTo(b *testing.B) {
 				held = a.Entry
 			}
 			b.StopTimer()
-			waitNoCompaction(s)
-			compacted = s.compacted.Load() - compacted
-			written = s.written.Load() - written - compacted
-			b.ReportMetric(float64(written)/float64(i), "push-B/op")
-			b.ReportMetric(float64(compacted)/float64(i), "compact-B/op")
+			reportWritten(b, s, i, written, compacted)
 		})
 	}
+}
+
+// BenchmarkPush is a push's store calls on the scan's path, as BenchmarkAddTo for Push: which of
+// the pushed tags are missing, then the push itself, which returns the count and the greatest
+// tags rather than the list. Run with -benchtime of a few thousand pushes, the compactions that
+// the deltas call for are part of compact-B/op.
+func BenchmarkPush(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{100, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("tags=%d", n), func(b *testing.B) {
+			s := New(b.TempDir(), WithLinger(time.Hour))
+			defer s.Close()
+			if _, _, err := s.Put(ctx, "ns/app", testID, manyTags(n, "v"), time.Now()); err != nil {
+				b.Fatal(err)
+			}
+			// The first push rebuilds nothing: Put wrote the index.
+			written, compacted := s.written.Load(), s.compacted.Load()
+			i := 0
+			for b.Loop() {
+				i++
+				tags := []string{"sha-" + strconv.Itoa(1_000_000+i)}
+				missing, rev, err := s.Missing(ctx, "ns/app", testID, tags)
+				if err != nil || len(missing) != 1 {
+					b.Fatal(missing, err)
+				}
+				p, err := s.Push(ctx, "ns/app", testID, missing, rev)
+				if err != nil || p.Count != n+i {
+					b.Fatal(p.Count, err)
+				}
+			}
+			b.StopTimer()
+			reportWritten(b, s, i, written, compacted)
+		})
+	}
+}
+
+// reportWritten reports the bytes that the pushes of a benchmark wrote, apart from those of the
+// compactions they called for, per push: push-B/op and compact-B/op.
+func reportWritten(b *testing.B, s *Store, pushes int, written, compacted int64) {
+	waitNoCompaction(s)
+	compacted = s.compacted.Load() - compacted
+	written = s.written.Load() - written - compacted
+	b.ReportMetric(float64(written)/float64(pushes), "push-B/op")
+	b.ReportMetric(float64(compacted)/float64(pushes), "compact-B/op")
 }
 
 // BenchmarkGetWithDeltas is a full read of a list of 100,000 tags as a listing left it and with
@@ -260,7 +300,7 @@ func BenchmarkAddTo(b *testing.B) {
 // merging deltas adds to a reader.
 func BenchmarkGetWithDeltas(b *testing.B) {
 	ctx := context.Background()
-	for _, deltas := range []int{0, 1000} {
+	for _, deltas := range []int{0, 1000, maxDeltas - 1} {
 		b.Run(fmt.Sprintf("deltas=%d", deltas), func(b *testing.B) {
 			s := New(b.TempDir(), WithLinger(time.Hour))
 			defer s.Close()

@@ -181,8 +181,8 @@ func TestReaderLeavesDamageToTheWriter(t *testing.T) {
 // A damaged value in the value log fails the reads of the entries it holds
 // (ErrCorrupt, never wrong tags) without failing the directory; a Put of the
 // same list writes it again and reports a change, since its readers were
-// waiting for it, and an AddTags on it reports ErrCorrupt so that the caller
-// lists in full.
+// waiting for it, and an AddTags, Missing or Push on it reports ErrCorrupt so
+// that the caller lists in full.
 func TestDamagedValueIsReplaced(t *testing.T) {
 	ctx := testCtx(t)
 	dir := seedDamageStore(t, 20)
@@ -208,6 +208,14 @@ func TestDamagedValueIsReplaced(t *testing.T) {
 	}
 	if _, _, err := w.AddTags(ctx, bad[0], testID, []string{"zzz"}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("AddTags on a damaged entry = %v, want ErrCorrupt", err)
+	}
+	// The scan's push path too, which reads the base's bytes without decoding them: Badger's
+	// checksum of the value fails.
+	if _, _, err := w.Missing(ctx, bad[0], testID, []string{"zzz"}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Missing on a damaged entry = %v, want ErrCorrupt", err)
+	}
+	if _, err := w.Push(ctx, bad[0], testID, []string{"zzz"}, ""); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Push on a damaged entry = %v, want ErrCorrupt", err)
 	}
 	for _, key := range bad {
 		var i int

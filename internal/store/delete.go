@@ -29,6 +29,9 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		}
 		return deleteEntry(txn, key)
 	})
+	if existed && err == nil {
+		s.compactSoon(key)
+	}
 	return existed && err == nil, err
 }
 
@@ -61,16 +64,17 @@ func (s *Store) DeleteFor(ctx context.Context, key, uid string) (bool, error) {
 		deleted = true
 		return deleteEntry(txn, key)
 	})
+	if deleted && err == nil {
+		s.compactSoon(key)
+	}
 	return deleted, err
 }
 
-// deleteEntry deletes the header, the base list and the deltas of key.
+// deleteEntry deletes the header and the base list of key; its deltas are left to sweepDeltas
+// (compactSoon), which the caller starts once this commits.
 func deleteEntry(txn *badger.Txn, key string) error {
 	if err := txn.Delete(metaKey(key)); err != nil {
 		return err
 	}
-	if err := txn.Delete(tagsKey(key)); err != nil {
-		return err
-	}
-	return deleteDeltas(txn, key)
+	return txn.Delete(tagsKey(key))
 }

@@ -147,6 +147,14 @@ func TestEarlierFormatEntry(t *testing.T) {
 	if e, err := s.Get(ctx, "ns/old", testID); err != nil || !slices.Equal(e.Tags, want) || e.Revision != a.Entry.Revision {
 		t.Fatalf("Get after the push = %+v, %v", e, err)
 	}
+	// Push finds the header without the index and rebuilds the base once, keeping the revision.
+	if p, err := s.Push(ctx, "ns/old", testID, []string{"latest", "1.1.0"}, ""); err != nil || len(p.Tags) != 0 ||
+		p.Revision != a.Entry.Revision || p.Count != 4 || !slices.Equal(p.Latest, want) {
+		t.Fatalf("Push of held tags to an earlier entry = %+v, %v", p, err)
+	}
+	if m, base := header(t, s, "ns/old"); !m.Indexed || m.Deltas != 0 || string(base) != `["1.0.0","1.1.0","2.0.0","latest"]` {
+		t.Fatalf("after the first Push: header %+v, base %s", m, base)
+	}
 	// The listing of the same tags compacts the entry without moving its revision.
 	p, changed, err := s.Put(ctx, "ns/old", testID, want, time.Now())
 	if err != nil || changed || p.Revision != a.Entry.Revision {
@@ -309,7 +317,14 @@ func TestDamagedDeltaIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(txn *badger.Txn) error { return txn.Set(deltaKey("ns/app", 1), []byte(`["v3"]`)) }); err != nil {
+	err = db.Update(func(txn *badger.Txn) error {
+		m, err := readMeta(txn, "ns/app")
+		if err != nil {
+			return err
+		}
+		return txn.Set(deltaKey("ns/app", m.Gen, 1), []byte(`["v3"]`))
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
@@ -511,7 +526,7 @@ func runOps(t *testing.T, s *Store, dir, key string, ops []byte) *Store {
 		stale, held = held, e
 	}
 	for len(ops) > 0 {
-		switch op := next() % 6; op {
+		switch op := next() % 7; op {
 		case 0:
 			tags := pick()
 			e, changed, err := s.Put(ctx, key, testID, tags, time.Now())
@@ -570,6 +585,39 @@ func runOps(t *testing.T, s *Store, dir, key string, ops []byte) *Store {
 				t.Fatal(err)
 			}
 			s = New(dir, WithLinger(time.Hour))
+		case 6:
+			tags := pick()
+			missing, at, merr := s.Missing(ctx, key, testID, tags)
+			if next()%2 == 0 {
+				// As the scan pushes: only what Missing found, at its revision.
+				tags = missing
+			} else {
+				at = ""
+			}
+			p, err := s.Push(ctx, key, testID, tags, at)
+			if m.rev == "" {
+				if !errors.Is(err, ErrNotFound) || !errors.Is(merr, ErrNotFound) {
+					t.Fatalf("Push to a new key = %v, Missing %v", err, merr)
+				}
+				continue
+			}
+			if err != nil || merr != nil {
+				t.Fatal(err, merr)
+			}
+			var added []string
+			for _, tag := range tags {
+				_, found := slices.BinarySearch(m.tags, tag)
+				if !found && !invalidTag(tag) && !slices.Contains(added, tag) {
+					added = append(added, tag)
+				}
+			}
+			want := normalize(append(slices.Clone(m.tags), tags...))
+			if !slices.Equal(missing, added) || !slices.Equal(p.Tags, added) || p.From != m.rev ||
+				p.Revision != RevisionAfter(m.rev, added) || p.Count != len(want) ||
+				!slices.Equal(p.Latest, want[max(0, len(want)-TailTags):]) {
+				t.Fatalf("Push %q to %q = %+v, Missing %q; want %q added", tags, m.tags, p, missing, added)
+			}
+			m.tags, m.rev = want, p.Revision
 		}
 		check("after the step")
 	}
@@ -618,4 +666,108 @@ func FuzzDeltas(f *testing.F) {
 		inputs++
 		s = runOps(t, s, dir, fmt.Sprintf("ns/fuzz-%d", inputs), ops)
 	})
+}
+
+// deltaRecords counts the records under the deltas prefix of key, and those of them that belong
+// to the generation its header names.
+func deltaRecords(t *testing.T, s *Store, key string) (all, current int) {
+	t.Helper()
+	err := s.txn(context.Background(), key, false, func(txn *badger.Txn) error {
+		m, err := readMeta(txn, key)
+		gone := errors.Is(err, ErrNotFound)
+		if err != nil && !gone {
+			return err
+		}
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: deltasKey(key)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			all++
+			if !gone && ofGen(it.Item().Key(), key, m.Gen) {
+				current++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all, current
+}
+
+// TestSweep: the delta records and markers of a base that a compaction, a Put or a deletion
+// replaced are swept in the background, more of them than Badger takes in one transaction.
+func TestSweep(t *testing.T) {
+	ctx := testCtx(t)
+	s := newTestStore(t, WithLinger(time.Hour))
+	if _, _, err := s.Put(ctx, "ns/app", testID, manyTags(10, "v"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// Deltas of two tags each, that no compaction takes: the base is too large for them.
+	push := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			tags := []string{fmt.Sprintf("p%05da", i), fmt.Sprintf("p%05db", i)}
+			if p, err := s.Push(ctx, "ns/app", testID, tags, ""); err != nil || len(p.Tags) != 2 {
+				t.Fatal(p, err)
+			}
+		}
+	}
+	push(0, 40)
+	if all, cur := deltaRecords(t, s, "ns/app"); all != 120 || cur != 120 {
+		t.Fatalf("%d records, %d of the generation, after 40 pushes", all, cur)
+	}
+	e, err := s.Get(ctx, "ns/app", testID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A Put of the list held writes no list but a new generation; the sweep takes the old one.
+	if _, changed, err := s.Put(ctx, "ns/app", testID, e.Tags, time.Now()); err != nil || changed {
+		t.Fatal(changed, err)
+	}
+	waitNoCompaction(s)
+	if all, _ := deltaRecords(t, s, "ns/app"); all != 0 {
+		t.Fatalf("%d records after the Put's sweep", all)
+	}
+	// More records than one transaction of the sweep deletes.
+	push(100, sweepBatch)
+	if _, _, err := s.Put(ctx, "ns/app", testID, []string{"v1"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waitNoCompaction(s)
+	if all, _ := deltaRecords(t, s, "ns/app"); all != 0 {
+		t.Fatalf("%d records after the sweep of %d", all, 3*sweepBatch)
+	}
+	push(5000, 3)
+	if ok, err := s.Delete(ctx, "ns/app"); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	waitNoCompaction(s)
+	if all, _ := deltaRecords(t, s, "ns/app"); all != 0 {
+		t.Fatalf("%d records after the deletion's sweep", all)
+	}
+}
+
+// TestSearchBase: the binary search of a stored list finds every tag it holds and none other,
+// at the edges of the list and of the tags' order.
+func TestSearchBase(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 3, 10, 257} {
+		list := manyTags(n, "v")
+		list = normalize(append(list, "A", "z", "_x", "v.1"))
+		value, _ := encodeTags(list)
+		for _, tag := range list {
+			if ok, err := searchBase(value, tag); !ok || err != nil {
+				t.Fatalf("%d tags: %q not found: %v", len(list), tag, err)
+			}
+			for _, other := range []string{tag + "0", tag[:len(tag)-1], tag + "-", "0" + tag} {
+				if _, held := slices.BinarySearch(list, other); held {
+					continue
+				}
+				if ok, err := searchBase(value, other); ok || err != nil {
+					t.Fatalf("%d tags: %q found: %v", len(list), other, err)
+				}
+			}
+		}
+	}
+	if _, err := searchBase([]byte(`["a","b\u003c"]`), "b\u003c"); err == nil {
+		t.Fatal("a list with escapes was searched")
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/imagereflector/reflector/internal/metrics"
 )
 
 // Put replaces the entry of key with a full listing taken at scanTime for
@@ -24,9 +26,10 @@ func (s *Store) Put(ctx context.Context, key string, id Identity, tags []string,
 	sorted := normalize(tags)
 	value, hash := encodeTags(sorted)
 	e = Entry{Tags: sorted, ScanTime: scanTime.UTC(), Identity: id}
-	written := 0
+	written, swept := 0, false
 	err = s.txn(ctx, key, true, func(txn *badger.Txn) error {
 		old, err := readMeta(txn, key)
+		swept = err == nil && old.Deltas > 0
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return err
 		}
@@ -47,14 +50,18 @@ func (s *Store) Put(ctx context.Context, key string, id Identity, tags []string,
 		}
 		changed = !sameList || old.Identity != id
 		// Rewriting an unchanged base would only feed the value log.
-		m, written, err = s.writeBase(txn, key, m, encodedList{value, hash}, !sameBase)
+		m, written, err = s.writeBase(txn, key, m, encodedList{tags: sorted, value: value, hash: hash}, !sameBase)
 		e.Revision = m.Revision
 		return err
 	})
 	if err != nil {
 		return Entry{}, false, err
 	}
-	s.written.Add(int64(written))
+	s.count(written, metrics.StoreWriteListing)
+	if swept {
+		// The deltas the new base replaced are left for the sweep.
+		s.compactSoon(key)
+	}
 	return e, changed, nil
 }
 
@@ -122,13 +129,14 @@ func (s *Store) AddTo(ctx context.Context, key string, base Entry, tags []string
 			return err
 		}
 		a.Entry.Tags, a.Entry.Revision = merged, next.Revision
-		written, due = n, next.compactionDue()
+		// A base written over the deltas leaves them for the sweep.
+		written, due = n, next.compactionDue() || next.Gen != m.Gen
 		return nil
 	})
 	if err != nil {
 		return Addition{}, err
 	}
-	s.written.Add(int64(written))
+	s.count(written, metrics.StoreWritePush)
 	if due {
 		s.compactSoon(key)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -79,6 +80,38 @@ type meta struct {
 	// their values' bytes.
 	Deltas     int `json:"deltas,omitempty"`
 	DeltaBytes int `json:"deltaBytes,omitempty"`
+	// Gen names the deltas of this base: their records are under
+	// genKey(key, Gen), and those under any other generation are left over
+	// from an earlier base, for sweepDeltas. Empty in a header written
+	// before generations, whose deltas are right under deltasKey.
+	Gen string `json:"gen,omitempty"`
+	// Indexed tells that Count and Tail are recorded and that every tag of
+	// every delta has a marker record (markerKey): a push then finds which
+	// of its tags are new, and what the status shows, without reading the
+	// whole list. A header written before them, or by a process that did
+	// not know them, lacks it; the next push rebuilds the base once.
+	Indexed bool `json:"indexed,omitempty"`
+	// Count is how many tags the entry holds, base and deltas merged.
+	Count int `json:"count,omitempty"`
+	// Tail holds the greatest tags of the entry, at most TailTags,
+	// ascending: the status's latestTags.
+	Tail []string `json:"tail,omitempty"`
+}
+
+// TailTags is how many of an entry's greatest tags its header records
+// (Pushed.Latest): as many as an ImageRepository's status shows.
+const TailTags = 10
+
+// tailOf returns the last TailTags tags of a sorted list, as a copy.
+func tailOf(sorted []string) []string {
+	return slices.Clone(sorted[max(0, len(sorted)-TailTags):])
+}
+
+// setIndex records in m the count and tail of tags, the sorted list it
+// holds once its deltas are merged, and that it has no delta without
+// markers.
+func (m *meta) setIndex(tags []string) {
+	m.Indexed, m.Count, m.Tail = true, len(tags), tailOf(tags)
 }
 
 // base is the revision the deltas start from.
@@ -104,10 +137,39 @@ func tagsKey(key string) []byte { return []byte(tagsPrefix + key) }
 // so no other key's records share it.
 func deltasKey(key string) []byte { return []byte(deltaPrefix + key + "/") }
 
-// deltaKey is the key of delta record n of key: fixed width, so that the
-// records of a key sort in their order.
-func deltaKey(key string, n int) []byte {
-	return fmt.Appendf(deltasKey(key), "%08d", n)
+// genKey prefixes the delta records and markers of generation gen of key.
+func genKey(key, gen string) []byte {
+	if gen == "" {
+		return deltasKey(key)
+	}
+	return append(deltasKey(key), "g"+gen+"/"...)
+}
+
+// ofGen tells whether k, a key under deltasKey(key), belongs to generation gen: the records of
+// the generation without a name are numbers right under deltasKey.
+func ofGen(k []byte, key, gen string) bool {
+	rest := k[len(deltasKey(key)):]
+	if gen == "" {
+		return len(rest) > 0 && rest[0] >= '0' && rest[0] <= '9'
+	}
+	return bytes.HasPrefix(rest, []byte("g"+gen+"/"))
+}
+
+// newGen returns a generation name that no earlier base of any key had.
+func newGen() string {
+	return fmt.Sprintf("%016x", rand.Uint64())
+}
+
+// deltaKey is the key of delta record n of generation gen of key: fixed width, so that the
+// records sort in their order.
+func deltaKey(key, gen string, n int) []byte {
+	return fmt.Appendf(genKey(key, gen), "%08d", n)
+}
+
+// markerKey is the record that tells that a delta of generation gen of key added tag. It sorts
+// after the delta records (a letter after the digits).
+func markerKey(key, gen, tag string) []byte {
+	return append(genKey(key, gen), "t/"+tag...)
 }
 
 // checkKey accepts the identity of a namespaced Kubernetes object.

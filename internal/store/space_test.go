@@ -76,16 +76,22 @@ func TestFullVolume(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// ns/r0 holds deltas too: pushes since its listing.
+	// ns/r0 holds deltas too: pushes since its listing, through AddTags and the scan's Push.
 	for i := range 3 {
 		if _, _, err := w.AddTags(ctx, "ns/r0", testID, []string{fmt.Sprintf("pushed-%d", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if p, err := w.Push(ctx, "ns/r0", testID, []string{"pushed-3"}, ""); err != nil || p.Count != 1004 {
+		t.Fatalf("Push = %+v, %v", p, err)
+	}
 
 	filler := fill(t, dir, 2<<20)
 	if _, _, err := w.AddTags(ctx, "ns/r0", testID, []string{"pushed-full"}); !errors.Is(err, ErrFull) {
 		t.Fatalf("AddTags on a full volume = %v, want ErrFull", err)
+	}
+	if _, err := w.Push(ctx, "ns/r0", testID, []string{"pushed-full"}, ""); !errors.Is(err, ErrFull) {
+		t.Fatalf("Push on a full volume = %v, want ErrFull", err)
 	}
 	_, _, err := w.Put(ctx, "ns/r0", testID, manyTags(1001, "v"), time.Now())
 	if !errors.Is(err, ErrFull) || !strings.Contains(err.Error(), "tag store is full") || !strings.Contains(err.Error(), "MiB free") {
@@ -94,8 +100,8 @@ func TestFullVolume(t *testing.T) {
 	if _, err := w.Keys(ctx); !errors.Is(err, ErrFull) {
 		t.Fatalf("a writer's open on a full volume = %v, want ErrFull", err)
 	}
-	if e, err := r.Get(ctx, "ns/r0", testID); err != nil || len(e.Tags) != 1003 {
-		t.Fatalf("a reader on a full volume: %d tags, %v; want the stored 1003", len(e.Tags), err)
+	if e, err := r.Get(ctx, "ns/r0", testID); err != nil || len(e.Tags) != 1004 {
+		t.Fatalf("a reader on a full volume: %d tags, %v; want the stored 1004", len(e.Tags), err)
 	}
 
 	// Room for a session, not for a list of several MiB.
@@ -127,7 +133,7 @@ func TestFullVolume(t *testing.T) {
 	if _, _, err := w.AddTags(ctx, "ns/r0", testID, []string{"pushed-full"}); err != nil {
 		t.Fatalf("AddTags once room returned = %v", err)
 	}
-	if e, err := r.Get(ctx, "ns/r0", testID); err != nil || len(e.Tags) != 1004 || !slices.Contains(e.Tags, "pushed-full") {
+	if e, err := r.Get(ctx, "ns/r0", testID); err != nil || len(e.Tags) != 1005 || !slices.Contains(e.Tags, "pushed-full") {
 		t.Fatalf("Get of the deltas once room returned: %d tags, %v", len(e.Tags), err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/imagereflector/reflector/internal/metrics"
 )
 
 // Store is the tag store in one directory. It is safe for concurrent use;
@@ -51,8 +53,22 @@ type Store struct {
 	compacting map[string]bool
 
 	// written counts the bytes of keys and values that committed writes set,
-	// compacted those of compactions, for BenchmarkAddTo.
+	// compacted those of compactions and sweeps (count).
 	written, compacted atomic.Int64
+}
+
+// count counts n bytes of keys and values that a committed write set, in the Store and in the
+// process's metrics, by cause: metrics.StoreWriteListing, StoreWritePush or
+// StoreWriteCompaction (also a sweep).
+func (s *Store) count(n int, cause string) {
+	if n == 0 {
+		return
+	}
+	s.written.Add(int64(n))
+	if cause == metrics.StoreWriteCompaction {
+		s.compacted.Add(int64(n))
+	}
+	metrics.RecordStoreWritten(n, cause)
 }
 
 // state is where the Store is in the life of one open database.
