@@ -53,7 +53,7 @@ func TestAdvanceDecision(t *testing.T) {
 		want    v1.ImageRef   // the advanced latestRef
 		toStore bool          // the store must be read instead
 	}{
-		// The cases of TestAdvanceIntegration, whose status writes the apiserver shows there.
+		// The decision cases TestAdvanceIntegration held; it still writes the first end to end.
 		{name: "an added tag wins, with its digest", spec: reflecting(semver(">=1.0.0"), v1.ReflectIfNotPresent),
 			latest: ref("1.2.0", true), added: []string{"1.3.0", "0.9.0"}, want: ref("1.3.0", true)},
 		{name: "an added tag that loses changes nothing", spec: alphabetical(v1.OrderAsc),
