@@ -111,6 +111,32 @@ func Advance(sel *policy.Selector, reflect v1.ReflectionPolicy, latest v1.ImageR
 	return out, out.Digest != ""
 }
 
+// onPush is a policy as read and the push whose delta may advance it: the input of the advance
+// decision (advancedLatest).
+type onPush struct {
+	pol   *v1.ImagePolicy
+	token string         // the reconcile request pol's annotations carry, "" for none
+	id    store.Identity // the identity of the repository's stored tag list
+	image string         // the repository's spec.image
+	d     *delta         // the push's verified delta, nil for none
+}
+
+// applies tells whether p.d is a delta of p.id, the identity of the list p's policy read.
+func (p onPush) applies() bool {
+	return p.d != nil && p.d.id == p.id
+}
+
+// advancedLatest is the decision of advance for a policy without a verifier: the latest image
+// of p.pol once p.d's tags are added to the list its last evaluation read. ok is false when the
+// store must be read instead: the delta is of another identity, the policy may not be advanced by
+// it (advanceable), or the answer needs the registry or the whole list (Advance).
+func advancedLatest(p onPush, sel *policy.Selector) (latest v1.ImageRef, ok bool) {
+	if !p.applies() || !advanceable(p.pol, p.token, p.d, p.image) {
+		return v1.ImageRef{}, false
+	}
+	return Advance(sel, p.pol.GetDigestReflectionPolicy(), *p.pol.Status.LatestRef, p.d.tags, p.d.digests)
+}
+
 // advance writes the outcome of w's delta for the policy of ev, when the policy may be advanced
 // by it, the delta being of the repository's identity id; ok is false when the store must be
 // read instead. With a verifier (spec.verify), the added tags that would become latest are
@@ -119,7 +145,7 @@ func (e *Evaluator) advance(ctx context.Context, w *policyWorld, ev evaluation, 
 	pol, repo, sel, iv := ev.pol, ev.repo, ev.sel, ev.iv
 	token, _ := kube.ReconcileRequest(pol.Annotations)
 	d := w.delta
-	if d == nil || d.id != id {
+	if !(onPush{id: id, d: d}).applies() {
 		return PolicyOutcome{}, false, nil
 	}
 	if !advanceable(pol, token, d, repo.Spec.Image) {
@@ -146,7 +172,7 @@ func (e *Evaluator) advance(ctx context.Context, w *policyWorld, ev evaluation, 
 			return PolicyOutcome{}, false, nil
 		}
 		inputs.verifier = iv.ID()
-	} else if latest, ok = Advance(sel, pol.GetDigestReflectionPolicy(), *pol.Status.LatestRef, d.tags, d.digests); !ok {
+	} else if latest, ok = advancedLatest(onPush{pol: pol, token: token, id: id, image: repo.Spec.Image, d: d}, sel); !ok {
 		return PolicyOutcome{}, false, nil
 	}
 	markStep(ctx, "advanced")

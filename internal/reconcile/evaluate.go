@@ -231,12 +231,10 @@ func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImageP
 
 	repoNS, repoName := pol.RepositoryNamespace(), pol.Spec.ImageRepositoryRef.Name
 	cross := repoNS != pol.Namespace
-	if cross && e.NoCrossNamespaceRefs {
+	if blocked := blockedReference(pol, e.NoCrossNamespaceRefs); blocked != nil {
 		// Refused before anything of the other namespace is read, as Flux does; only a spec
 		// change cures it.
-		return e.refuse(ctx, pol, true, "cross-namespace references are blocked", fmt.Errorf(
-			"failed to get the referred ImageRepository: cannot access '%s/%s/%s', cross-namespace references have been blocked",
-			v1.ImageRepositoryKind, repoNS, repoName))
+		return e.refuse(ctx, pol, true, "cross-namespace references are blocked", blocked)
 	}
 	repo, err := w.repositoryFor(ctx, pol, repoNS, repoName)
 	if apierrors.IsNotFound(err) {
@@ -616,6 +614,18 @@ func (e *Evaluator) fail(ctx context.Context, pol *v1.ImagePolicy, reason string
 	updated, err := e.status().fail(ctx, pol, reason, stalled, out.Message)
 	out.Latest = updated.Status.LatestRef
 	return out, err
+}
+
+// blockedReference is the refusal of pol under Flux's --no-cross-namespace-refs (noCross): its
+// imageRepositoryRef names another namespace than its own. It is nil when the reference may be
+// followed.
+func blockedReference(pol *v1.ImagePolicy, noCross bool) error {
+	repoNS, repoName := pol.RepositoryNamespace(), pol.Spec.ImageRepositoryRef.Name
+	if !noCross || repoNS == pol.Namespace {
+		return nil
+	}
+	return fmt.Errorf("failed to get the referred ImageRepository: cannot access '%s/%s/%s', cross-namespace references have been blocked",
+		v1.ImageRepositoryKind, repoNS, repoName)
 }
 
 // crossNamespaceDenied is the one answer to a policy whose ImageRepository in another namespace

@@ -262,7 +262,8 @@ func checkRefusalEvents(t *testing.T, f *evalFixture, ns string, policies []stri
 // (Evaluator.NoCrossNamespaceRefs), a policy that refers to another namespace is refused with
 // Flux's reason and message and Stalled, whether the repository exists and admits it or does not
 // exist, in the status and the Events alike; a policy of the repository's own namespace is
-// evaluated as before.
+// evaluated as before. TestBlockedReference holds the decision's cases; this test shows the
+// refusal written and announced.
 func TestEvaluateIntegrationNoCrossNamespaceRefs(t *testing.T) {
 	f := newEvalFixture(t)
 	other := f.Env.Namespace(t)

@@ -278,6 +278,37 @@ func TestCrossNamespaceDenied(t *testing.T) {
 	}
 }
 
+// TestBlockedReference carries the decision of TestEvaluateIntegrationNoCrossNamespaceRefs:
+// which references Flux's --no-cross-namespace-refs refuses, and with which message, before
+// anything of the other namespace is read (so whether the repository exists does not enter).
+func TestBlockedReference(t *testing.T) {
+	const blocked = "failed to get the referred ImageRepository: cannot access 'ImageRepository/shared/app', cross-namespace references have been blocked"
+	for _, tc := range []struct {
+		name    string
+		refNS   string // the imageRepositoryRef's namespace; "" means the policy's own
+		noCross bool
+		want    string // the refusal; "" means none
+	}{
+		{name: "another namespace, blocked", refNS: "shared", noCross: true, want: blocked},
+		{name: "another namespace, allowed", refNS: "shared"},
+		{name: "own namespace named, blocked", refNS: "red", noCross: true},
+		{name: "own namespace implied, blocked", noCross: true},
+		{name: "own namespace implied, allowed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := &v1.ImagePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "red", Name: "app"},
+				Spec: v1.ImagePolicySpec{ImageRepositoryRef: v1.NamespacedObjectReference{Namespace: tc.refNS, Name: "app"}}}
+			err := blockedReference(pol, tc.noCross)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || err.Error() != tc.want):
+				t.Errorf("refusal %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
 // TestKnownDigest carries the decisions of TestEvaluateIntegrationDigestReflection: when
 // latestRef's digest is known without a HEAD to the registry.
 func TestKnownDigest(t *testing.T) {
