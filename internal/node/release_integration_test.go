@@ -364,8 +364,12 @@ func checkInstalled(ctx context.Context, t *testing.T, c *node.Cluster, rel *rel
 func uninstall(ctx context.Context, t *testing.T, c *node.Cluster, rel *release, p *pushes) {
 	t.Helper()
 	script := docBlock(t, "install.md", "## Uninstall", 0)
-	if script != "kubectl delete -f install.yaml" {
-		t.Fatalf("docs/install.md's uninstall is %q", script)
+	if !strings.HasPrefix(script, "kubectl delete -f install.yaml") || strings.Contains(script, "\n") {
+		t.Fatalf("docs/install.md's uninstall is %q, not one kubectl delete of install.yaml", script)
+	}
+	back := docBlock(t, "migrate.md", "## From reflector back to Flux", 0)
+	if cmd, _, _ := strings.Cut(back, "#"); strings.TrimSpace(cmd) != script {
+		t.Errorf("docs/migrate.md's way back removes reflector with %q, install.md with %q", back, script)
 	}
 	step := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
