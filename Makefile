@@ -76,8 +76,9 @@ cluster-env:
 	./hack/cluster.sh
 
 ## cluster-test: start a single-node cluster (internal/node) inside a network namespace that the
-## test makes and removes, as root, and run pods on it. Not part of `make test`.
-cluster-test: deps testenv flux-cli cluster-env
+## test makes and removes, as root, and run pods on it; install reflector there from what
+## `make release` builds (cosign signs it). Not part of `make test`.
+cluster-test: deps testenv flux-cli cosign-cli cluster-env
 	REFLECTOR_CLUSTER_TEST=1 $(GO) test -count=1 -timeout 60m -v ./internal/node/
 
 ## test: everything CI checks: generated files, lint, unit and integration tests, the image

@@ -1,14 +1,15 @@
 // Command reflector is reflector's command line. Its one subcommand, check, tells whether a
 // cluster can run reflector, as `flux check --pre` does for Flux:
 //
-//	reflector check [--pre] [--kubeconfig=FILE] [--context=NAME] [--timeout=DURATION]
+//	reflector check [--pre] [--allow-http] [--kubeconfig=FILE] [--context=NAME] [--timeout=DURATION]
 //
 // It prints one line per check (internal/preflight), and under each failure the command that
 // fixes it, and exits with 1 when a check failed, 2 on a usage error or when the cluster
 // could not be read. --pre checks only the prerequisites, before the install; without it the
 // installed Broker, tag store claim and public webhook route are checked too, the route with a
-// GET of its /healthz. The kubeconfig is --kubeconfig's, else $KUBECONFIG's, else
-// ~/.kube/config, else the in-cluster configuration.
+// GET of its /healthz; the route must be https unless --allow-http accepts plain http (for a
+// route that only registries inside a private network call). The kubeconfig is --kubeconfig's,
+// else $KUBECONFIG's, else ~/.kube/config, else the in-cluster configuration.
 package main
 
 import (
@@ -34,7 +35,7 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, probe, colorful(os.Stdout)))
 }
 
-const usage = `usage: reflector check [--pre] [--kubeconfig=FILE] [--context=NAME] [--timeout=DURATION]`
+const usage = `usage: reflector check [--pre] [--allow-http] [--kubeconfig=FILE] [--context=NAME] [--timeout=DURATION]`
 
 // run runs the command line args, printing to stdout and stderr, and returns the exit code.
 func run(args []string, stdout, stderr io.Writer, probe preflight.Prober, color bool) int {
@@ -45,6 +46,7 @@ func run(args []string, stdout, stderr io.Writer, probe preflight.Prober, color 
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	pre := fs.Bool("pre", false, "check only the prerequisites, before reflector is installed")
+	allowHTTP := fs.Bool("allow-http", false, "accept a webhook route of plain http (registries inside a private network only)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
 	kubecontext := fs.String("context", "", "the kubeconfig context (default: its current one)")
 	timeout := fs.Duration("timeout", time.Minute, "how long the checks may take")
@@ -62,7 +64,7 @@ func run(args []string, stdout, stderr io.Writer, probe preflight.Prober, color 
 		fmt.Fprintln(stderr, "reading the cluster:", err)
 		return 2
 	}
-	results := preflight.Run(ctx, cluster, preflight.Options{Pre: *pre, Probe: probe})
+	results := preflight.Run(ctx, cluster, preflight.Options{Pre: *pre, Probe: probe, AllowHTTP: *allowHTTP})
 	print(stdout, results, color)
 	if preflight.Failed(results) {
 		return 1

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -19,11 +18,13 @@ import (
 
 // TestNodeKnativeIntegration installs Knative Serving (with Traefik as its KIngress) and Eventing
 // (in-memory channel, channel-based broker) on the node from the images ko built, sets the
-// feature flags that docs/install.md tells a cluster admin to set, builds reflector's images
-// with `make images`, and applies `kubectl apply -k knative/` as docs/development.md's install from source does: every
-// Knative Service, Trigger, source and binding must become Ready, through real pods. Then pushes
-// notified to the public route reach latestRef, warm and from zero pods (measured), and the
-// installation lives through what lifecycle does to it.
+// feature flags that docs/install.md tells a cluster admin to set, and installs reflector from
+// the bundle of `make release` over Flux's own CRDs and objects, with the commands of
+// docs/migrate.md and docs/install.md (installRelease): every Knative Service, Trigger, source
+// and binding must become Ready, through real pods. Then pushes notified to the public route
+// reach latestRef, warm and from zero pods (measured), `reflector check` is green, the
+// installation lives through what lifecycle does to it, and the uninstall keeps the CRDs and the
+// objects.
 func TestNodeKnativeIntegration(t *testing.T) {
 	if os.Getenv("REFLECTOR_CLUSTER_TEST") == "" {
 		t.Skip("starts a single-node cluster in a network namespace, as root: make cluster-test (REFLECTOR_CLUSTER_TEST=1)")
@@ -78,43 +79,25 @@ func TestNodeKnativeIntegration(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	step = time.Now()
-	tree := manifestTree(t, makeImages(t, c), c.Images["pause"])
-	t.Logf("make images took %s", time.Since(step).Round(time.Second))
-	step = time.Now()
-	// The CRDs first, from their own kustomization, as a release's crds.yaml goes before its
-	// install.yaml: knative/ leaves them out, so that deleting it never deletes them.
-	if err := c.ApplyUntil(ctx, "config/crd", time.Minute, nil, "--server-side", "-k", filepath.Join(tree, "config", "crd")); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ApplyUntil(ctx, "knative/", 2*time.Minute, nil, "-k", filepath.Join(tree, "knative")); err != nil {
-		t.Fatal(err)
-	}
-	kinds := "ksvc,broker,trigger,apiserversource,sinkbinding"
-	if _, err := c.Kubectl(ctx, nil, "wait", "--for=condition=Ready", kinds, "--all", "-n", "reflector-system", "--timeout=6m"); err != nil {
-		out, _ := c.Kubectl(ctx, nil, "get", kinds, "-n", "reflector-system")
-		t.Fatalf("%v\n%s", err, out)
-	}
+	// Over Flux's own CRDs and objects, from the bundle of `make release`, with the commands
+	// of docs/migrate.md and docs/install.md.
+	rel, p := installRelease(ctx, t, c)
 	if _, err := c.Kubectl(ctx, nil, "wait", "--for=condition=Available", "deployment/reflector-store", "-n", "reflector-system", "--timeout=3m"); err != nil {
 		t.Fatalf("the store's anchor: %v", err)
 	}
-	if _, err := c.Clientset().BatchV1().CronJobs("reflector-system").Get(ctx, "reflector-cron", metav1.GetOptions{}); err != nil {
-		t.Errorf("the cron reconciler's CronJob: %v", err)
-	}
-	t.Logf("knative/ was Ready in %s", time.Since(step).Round(time.Second))
 
 	// A second node in the store's zone that only the scheduler sees, from now until the rounds
 	// from zero are done: every pod placed meanwhile (the functions' after each scale to zero,
 	// the CronJob's each minute) must go to the store's node.
 	ph := startPhantom(ctx, t, c)
 
-	p := startPushes(ctx, t, c)
 	t.Logf("first push to latestRef (every function starting): %s", ms(p.pushToLatest(ctx, t, "1.0.0", 5*time.Minute)))
 	var warm []time.Duration
 	for i := 1; i <= 10; i++ {
 		warm = append(warm, p.pushToLatest(ctx, t, fmt.Sprintf("1.0.%d", i), time.Minute))
 	}
 	t.Logf("warm push to latestRef: p50 %s, max %s over %d pushes", ms(percentile(warm, 50)), ms(percentile(warm, 100)), len(warm))
+	checkInstalled(ctx, t, c, rel, p)
 
 	// Each round: the webhook's first answer from zero alone (one pod start and nothing else:
 	// the floor of a cold start on this node), then a push from zero. With Knative's windows
@@ -197,7 +180,8 @@ func TestNodeKnativeIntegration(t *testing.T) {
 	}
 	ph.check(ctx, t, c)
 
-	lifecycle(ctx, t, c, p, filepath.Join(tree, "knative"))
+	lifecycle(ctx, t, c, p, rel.dist)
+	uninstall(ctx, t, c, rel, p)
 }
 
 // documentedPatch returns the JSON merge patch of the `kubectl patch configmap NAME -n
@@ -217,55 +201,6 @@ func documentedPatch(t *testing.T, name, namespace string) string {
 		t.Fatalf("docs/install.md: the %s patch is not JSON:\n%s", name, m[1])
 	}
 	return string(m[1])
-}
-
-// manifestTree copies knative/ and config/ (the CRDs) to a directory of the test, with the
-// images.yaml that `make images` wrote and the store's anchor running the node's pause image
-// (the node pulls nothing from outside), and returns the directory: the source tree's
-// knative/images.yaml stays as it is.
-func manifestTree(t *testing.T, images []byte, pause string) string {
-	t.Helper()
-	tree := t.TempDir()
-	for _, d := range []string{"knative", "config"} {
-		if out, err := exec.Command("cp", "-r", filepath.Join("../..", d), tree).CombinedOutput(); err != nil {
-			t.Fatalf("copying %s: %v\n%s", d, err, out)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(tree, "knative", "images.yaml"), images, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// The test's registry listens at the node's address, a private one, which the functions
-	// reach only when the administrator allows it, as docs/install.md tells.
-	allow := fmt.Sprintf(`
-patches:
-  - target:
-      group: serving.knative.dev
-      kind: Service
-      name: reflector-(webhook|scan|policy)
-    patch: |-
-      - op: add
-        path: /spec/template/spec/containers/0/env/-
-        value:
-          name: REFLECTOR_ALLOWED_NETWORKS
-          value: "%s:%d"
-  - target:
-      group: apps
-      kind: Deployment
-      name: reflector-store
-    patch: |-
-      - op: replace
-        path: /spec/template/spec/containers/0/image
-        value: %s
-`, node.NodeIP, pushRegistryPort, pause)
-	k, err := os.OpenFile(filepath.Join(tree, "knative", "kustomization.yaml"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
-	if _, err := k.WriteString(allow); err != nil {
-		t.Fatal(err)
-	}
-	return tree
 }
 
 // dumpCluster logs what the pods of the cluster are doing and the last lines of each

@@ -193,7 +193,10 @@ func latestRef(obj *unstructured.Unstructured) string {
 func (p *pushes) pushToLatest(ctx context.Context, t *testing.T, tag string, within time.Duration) time.Duration {
 	t.Helper()
 	res := p.c.Dynamic().Resource(policies).Namespace(p.namespace)
-	cur, err := res.Get(ctx, "app", metav1.GetOptions{})
+	// The watch starts at a list's resource version, the apiserver's current one: the object's
+	// own can be older than the watch cache, as it is for a policy untouched since its CRD was
+	// replaced, and the watch would end at once with 410 Gone.
+	cur, err := res.List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=app"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,6 +63,9 @@ type Options struct {
 	Pre bool
 	// Probe asks the webhook route's URL; nil leaves the request out and checks its scheme only.
 	Probe Prober
+	// AllowHTTP accepts a webhook route of plain http, which only registries inside a private
+	// network can use.
+	AllowHTTP bool
 }
 
 // Run runs every check on c, in the order a user fixes them.
@@ -82,7 +85,7 @@ func Run(ctx context.Context, c *Cluster, opts Options) []Result {
 	}
 	out = append(out, PolicySchema(c.CRDs[PolicyCRD]), FluxVersion(c.Deployments), ImageReflectorController(c.Deployments))
 	if !opts.Pre {
-		out = append(out, WebhookRoute(ctx, c.WebhookService, opts.Probe))
+		out = append(out, WebhookRoute(ctx, c.WebhookService, opts.Probe, opts.AllowHTTP))
 	}
 	return out
 }

@@ -304,15 +304,20 @@ func TestWebhookRoute(t *testing.T) {
 	// A client that does not trust the test certificate: the route's TLS is not valid.
 	untrusting := HTTPProber(&http.Client{}, 5*time.Second)
 
-	want(t, WebhookRoute(ctx, nil, probe), false, []string{"not installed"}, "kubectl apply")
-	want(t, WebhookRoute(ctx, ksvc(""), probe), false, []string{"no URL"})
-	want(t, WebhookRoute(ctx, ksvc("http://reflector-webhook.reflector-system.example.com"), probe), false, []string{"not https"},
+	want(t, WebhookRoute(ctx, nil, probe, false), false, []string{"not installed"}, "kubectl apply")
+	want(t, WebhookRoute(ctx, ksvc(""), probe, false), false, []string{"no URL"})
+	want(t, WebhookRoute(ctx, ksvc("http://reflector-webhook.reflector-system.example.com"), probe, false), false, []string{"not https"},
 		"external-domain-tls", "config-domain")
-	want(t, WebhookRoute(ctx, ksvc(healthy.URL), nil), true, []string{healthy.URL})
-	want(t, WebhookRoute(ctx, ksvc(healthy.URL), probe), true, []string{"answers over TLS"})
-	want(t, WebhookRoute(ctx, ksvc(broken.URL), HTTPProber(broken.Client(), 5*time.Second)), false, []string{"503"}, "curl -v "+broken.URL+"/healthz")
-	want(t, WebhookRoute(ctx, ksvc(healthy.URL), untrusting), false, []string{"certificate"})
-	r := WebhookRoute(ctx, ksvc("http://user:secret@reflector-webhook.example.com"), probe)
+	want(t, WebhookRoute(ctx, ksvc(healthy.URL), nil, false), true, []string{healthy.URL})
+	want(t, WebhookRoute(ctx, ksvc(healthy.URL), probe, false), true, []string{"answers over TLS"})
+	want(t, WebhookRoute(ctx, ksvc(broken.URL), HTTPProber(broken.Client(), 5*time.Second), false), false, []string{"503"}, "curl -v "+broken.URL+"/healthz")
+	want(t, WebhookRoute(ctx, ksvc(healthy.URL), untrusting, false), false, []string{"certificate"})
+	// --allow-http: a plain http route passes when it answers, and only then.
+	plain := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer plain.Close()
+	want(t, WebhookRoute(ctx, ksvc(plain.URL), HTTPProber(plain.Client(), 5*time.Second), true), true, []string{plain.URL, "http, allowed by --allow-http"})
+	want(t, WebhookRoute(ctx, ksvc(broken.URL), HTTPProber(broken.Client(), 5*time.Second), true), false, []string{"503"})
+	r := WebhookRoute(ctx, ksvc("http://user:secret@reflector-webhook.example.com"), probe, false)
 	if strings.Contains(r.Message+r.Fix, "secret") {
 		t.Errorf("URL userinfo shown: %s", r.Message)
 	}

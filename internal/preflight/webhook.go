@@ -46,11 +46,12 @@ const tlsFix = "# a domain of yours, and certificates from cert-manager (install
 
 // WebhookRoute checks that the public webhook route, the Knative Service reflector-webhook, has
 // an https URL (registries such as EventBridge API destinations and Pub/Sub push call only
-// https), and with probe that its /healthz answers there.
-func WebhookRoute(ctx context.Context, ksvc *unstructured.Unstructured, probe Prober) Result {
+// https), and with probe that its /healthz answers there. allowHTTP accepts an http URL, for
+// a route that only registries inside a private network call.
+func WebhookRoute(ctx context.Context, ksvc *unstructured.Unstructured, probe Prober, allowHTTP bool) Result {
 	const name = "Webhook route"
 	if ksvc == nil {
-		return fail(name, "reflector-system/reflector-webhook does not exist: reflector is not installed", "kubectl apply -k knative/")
+		return fail(name, "reflector-system/reflector-webhook does not exist: reflector is not installed", "kubectl apply -f install.yaml   # the release's (docs/install.md)")
 	}
 	raw, _, _ := unstructured.NestedString(ksvc.Object, "status", "url")
 	if raw == "" {
@@ -61,7 +62,11 @@ func WebhookRoute(ctx context.Context, ksvc *unstructured.Unstructured, probe Pr
 		return fail(name, "reflector-webhook's URL cannot be parsed", "kubectl -n reflector-system describe ksvc reflector-webhook")
 	}
 	shown := u.Redacted()
-	if u.Scheme != "https" {
+	over := " answers over TLS"
+	switch {
+	case u.Scheme == "http" && allowHTTP:
+		over = " answers (http, allowed by --allow-http)"
+	case u.Scheme != "https":
 		return fail(name, shown+" is not https: registries that call only https endpoints cannot reach it", tlsFix)
 	}
 	if probe == nil {
@@ -72,5 +77,5 @@ func WebhookRoute(ctx context.Context, ksvc *unstructured.Unstructured, probe Pr
 			"kubectl -n reflector-system get ksvc reflector-webhook   # READY True?\n"+
 				"curl -v "+u.JoinPath("healthz").Redacted()+"   # from outside the cluster: DNS, the load balancer, the certificate")
 	}
-	return pass(name, shown+" answers over TLS")
+	return pass(name, shown+over)
 }
