@@ -136,6 +136,9 @@ func run(cfg config, log *slog.Logger) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if !cfg.once {
+		function.Release(function.ReleaseEvery(os.Getenv), ctx.Done())
+	}
 	for {
 		pctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 		sum, err := pass.Run(pctx)

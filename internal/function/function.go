@@ -140,6 +140,8 @@ func Serve(listeners []Listener, t Timeouts, closeFn func(context.Context) error
 		log.Info("serving", "listener", listeners[i].Name, "addr", lns[i].Addr().String())
 	}
 
+	Release(ReleaseEvery(os.Getenv), ctx.Done())
+
 	var failed error
 	select {
 	case failed = <-served:

@@ -439,7 +439,7 @@ func (pb *pushBench) run(b *testing.B) {
 	}
 	// Peak and current RSS of each function, and the current RSS of the three summed: with
 	// -push-every 1s, what the functions hold while one push a second flows (two, one of each kind).
-	functionsRSS := 0.0
+	functionsRSS, functionsAnon, functionsPss := 0.0, 0.0, 0.0
 	for _, c := range []string{stack.Scan, stack.Policy, stack.Cron} {
 		hwm, rss, err := memory(s.PID(c))
 		if err != nil {
@@ -448,6 +448,16 @@ func (pb *pushBench) run(b *testing.B) {
 		b.ReportMetric(float64(hwm)/1024, c+"_peak_MiB")
 		b.ReportMetric(float64(rss)/1024, c+"_rss_MiB")
 		functionsRSS += float64(rss) / 1024
+		// Of the RSS: anonymous memory (the Go runtime's, Badger's arenas) and file-backed pages
+		// (the binary's, Badger's mapped tables and value log), which the kernel may drop; and the
+		// proportional set size, which splits pages shared with other processes.
+		if r, err := rollup(s.PID(c)); err == nil {
+			b.ReportMetric(float64(r["Anonymous"])/1024, c+"_anon_MiB")
+			b.ReportMetric(float64(r["Rss"]-r["Anonymous"])/1024, c+"_file_MiB")
+			b.ReportMetric(float64(r["Pss"])/1024, c+"_pss_MiB")
+			functionsAnon += float64(r["Anonymous"]) / 1024
+			functionsPss += float64(r["Pss"]) / 1024
+		}
 		// Of the RSS: the Go heap in use, and all that the Go runtime holds from the system (heap,
 		// stacks, its own structures); the rest is the binary's pages and Badger's mappings.
 		m := testenv.Scrape(b, s.Metrics[c])
@@ -457,6 +467,8 @@ func (pb *pushBench) run(b *testing.B) {
 		b.ReportMetric(sys/(1<<20), c+"_gosys_MiB")
 	}
 	b.ReportMetric(functionsRSS, "functions_rss_MiB")
+	b.ReportMetric(functionsAnon, "functions_anon_MiB")
+	b.ReportMetric(functionsPss, "functions_pss_MiB")
 	// What the scan function asked docker-registry: at the default limit these requests share
 	// its bucket of 10 a second, and a confirmation's HEAD that comes before docker-registry
 	// wrote the tag is answered 404 and asked again.

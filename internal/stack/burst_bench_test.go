@@ -195,3 +195,26 @@ func memory(pid int) (hwm, rss int64, err error) {
 	}
 	return hwm, rss, nil
 }
+
+// rollup returns fields of /proc/<pid>/smaps_rollup in KiB: Rss, Pss, Anonymous,
+// Private_Dirty and the rest.
+func rollup(pid int) (map[string]int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return nil, err
+	}
+	fields := map[string]int64{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		key, value, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
+		if err != nil {
+			continue
+		}
+		fields[key] = kb
+	}
+	return fields, nil
+}

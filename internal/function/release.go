@@ -1,0 +1,72 @@
+package function
+
+import (
+	"os"
+	"runtime/debug"
+	"strconv"
+	"time"
+)
+
+// ReleaseEveryEnv names how often a function gives back memory it holds but does not need:
+// REFLECTOR_RELEASE_EVERY, a duration; "off" or 0 for never.
+const ReleaseEveryEnv = "REFLECTOR_RELEASE_EVERY"
+
+// SteadyGCPercentEnv names the collector's target (as GOGC) from the first release on:
+// REFLECTOR_STEADY_GOGC, 100 when unset; 0 or less keeps GOGC's.
+const SteadyGCPercentEnv = "REFLECTOR_STEADY_GOGC"
+
+// DefaultReleaseEvery is the period when REFLECTOR_RELEASE_EVERY is unset.
+const DefaultReleaseEvery = 30 * time.Second
+
+// ReleaseEvery returns the release period from the environment, zero for never.
+func ReleaseEvery(getenv func(string) string) time.Duration {
+	v := getenv(ReleaseEveryEnv)
+	if v == "" {
+		return DefaultReleaseEvery
+	}
+	if v == "off" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return DefaultReleaseEvery
+	}
+	return d
+}
+
+// Release starts giving back, every period (none when zero), the free part of the Go heap.
+// The first release comes a few seconds after the start; from then on the collector's target
+// is REFLECTOR_STEADY_GOGC. It stops when stop is closed.
+func Release(period time.Duration, stop <-chan struct{}) {
+	if period <= 0 {
+		return
+	}
+	steadyGCPercent := 100
+	if v := os.Getenv(SteadyGCPercentEnv); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			steadyGCPercent = n
+		}
+	}
+	go func() {
+		t := time.NewTimer(min(period, 5*time.Second))
+		defer t.Stop()
+		first := true
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			if first {
+				// GOGC=400 (knative/) spares a start the collections that would free
+				// nothing; once started, the heap need not grow to five times what is live.
+				if steadyGCPercent > 0 {
+					debug.SetGCPercent(steadyGCPercent)
+				}
+				first = false
+			}
+			debug.FreeOSMemory()
+			t.Reset(period)
+		}
+	}()
+}
