@@ -331,6 +331,24 @@ func TestPolicyFunctionIntegrationHTTPForms(t *testing.T) {
 	}
 }
 
+// serveFromEnv serves the policy function configured from the environment, as its entry point
+// does, over HTTP until the test ends, its log discarded.
+func serveFromEnv(t *testing.T) *httptest.Server {
+	t.Helper()
+	d, err := policy.FromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Log = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	h := policy.NewHandler(d)
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		h.Close()
+	})
+	return srv
+}
+
 // TestPolicyFunctionIntegrationFromEnv: the function configured from the environment, as the
 // entry point and functions-framework-go configure it.
 func TestPolicyFunctionIntegrationFromEnv(t *testing.T) {
@@ -342,14 +360,7 @@ func TestPolicyFunctionIntegrationFromEnv(t *testing.T) {
 	t.Setenv("REFLECTOR_STORE_DIR", t.TempDir())
 	t.Setenv("KUBECONFIG", env.Kubeconfig)
 	t.Setenv("K_SINK", "")
-	d, err := policy.FromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := policy.NewHandler(d)
-	defer h.Close()
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	srv := serveFromEnv(t)
 	ns := env.Namespace(t)
 	code, body := postEvent(t, srv.URL, events.TypePolicyRequested, events.ObjectRef{Namespace: ns, Name: "none"})
 	if code != http.StatusAccepted {
@@ -408,15 +419,7 @@ func TestPolicyFunctionIntegrationFluxEventsFromEnv(t *testing.T) {
 		t.Errorf("with an events address that is no URL: %v", err)
 	}
 	t.Setenv("REFLECTOR_EVENTS_ADDR", receiver.URL+"/")
-	d, err := policy.FromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Log = slog.New(slog.NewJSONHandler(io.Discard, nil))
-	h := policy.NewHandler(d)
-	defer h.Close()
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	srv := serveFromEnv(t)
 
 	ns := env.Namespace(t)
 	c := env.Client(t)
@@ -455,15 +458,7 @@ func TestPolicyFunctionIntegrationNoCrossNamespaceRefsFromEnv(t *testing.T) {
 		t.Errorf("with a value that is not a boolean: %v", err)
 	}
 	t.Setenv("REFLECTOR_NO_CROSS_NAMESPACE_REFS", "true")
-	d, err := policy.FromEnv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Log = slog.New(slog.NewJSONHandler(io.Discard, nil))
-	h := policy.NewHandler(d)
-	defer h.Close()
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	srv := serveFromEnv(t)
 
 	ctx := context.Background()
 	c := env.Client(t)
