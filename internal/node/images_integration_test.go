@@ -62,17 +62,15 @@ func TestNodeImagesIntegration(t *testing.T) {
 	}
 }
 
-// makeImages runs `make images` inside the node's namespaces, on the node's base image and into
-// the node's registry, as a cluster admin would with KO_DOCKER_REPO, and returns the
-// images.yaml it wrote.
-func makeImages(t *testing.T, c *node.Cluster) []byte {
+// prepareBuild installs ko and downloads the modules the programs build from, and returns the
+// source tree's root: both come from the module proxy, which the node's namespace cannot reach,
+// and on a fresh machine nothing else has fetched them yet.
+func prepareBuild(t *testing.T) string {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// ko, and the modules the three programs build from, come from the module proxy, which the
-	// node's namespace cannot reach: on a fresh machine nothing else has downloaded them yet.
 	if out, err := exec.Command("make", "-C", root, "ko").CombinedOutput(); err != nil {
 		t.Fatalf("make ko: %v\n%s", err, out)
 	}
@@ -81,6 +79,15 @@ func makeImages(t *testing.T, c *node.Cluster) []byte {
 	if out, err := download.CombinedOutput(); err != nil {
 		t.Fatalf("go mod download: %v\n%s", err, out)
 	}
+	return root
+}
+
+// makeImages runs `make images` inside the node's namespaces, on the node's base image and into
+// the node's registry, as a cluster admin would with KO_DOCKER_REPO, and returns the
+// images.yaml it wrote.
+func makeImages(t *testing.T, c *node.Cluster) []byte {
+	t.Helper()
+	root := prepareBuild(t)
 	out := filepath.Join(t.TempDir(), "images.yaml")
 	argv := c.NS.Wrap([]string{"make", "-C", root, "images",
 		"KO_DOCKER_REPO=" + c.Registry.NodeHost + "/reflector", "IMAGES_OUT=" + out, "KOFLAGS=--platform=linux/amd64"})

@@ -206,20 +206,7 @@ func fluxCRDs(ctx context.Context, t *testing.T, c *node.Cluster) {
 // names: every image by digest in the node's registry, present there.
 func makeRelease(t *testing.T, c *node.Cluster) *release {
 	t.Helper()
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// ko, and the modules the programs build from, come from the module proxy, which the
-	// node's namespace cannot reach.
-	if out, err := exec.Command("make", "-C", root, "ko").CombinedOutput(); err != nil {
-		t.Fatalf("make ko: %v\n%s", err, out)
-	}
-	download := exec.Command("go", "mod", "download")
-	download.Dir = root
-	if out, err := download.CombinedOutput(); err != nil {
-		t.Fatalf("go mod download: %v\n%s", err, out)
-	}
+	root := prepareBuild(t)
 	cli := testenv.NewCosignCLI(t)
 	key := cli.GenerateKeyPair(t)
 	rel := &release{dist: filepath.Join(t.TempDir(), "dist")}
