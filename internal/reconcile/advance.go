@@ -9,7 +9,6 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/imagename"
-	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/policy"
 	"github.com/imagereflector/reflector/internal/store"
 )
@@ -109,75 +108,6 @@ func Advance(sel *policy.Selector, reflect v1.ReflectionPolicy, latest v1.ImageR
 	}
 	out.Digest = digests[tag]
 	return out, out.Digest != ""
-}
-
-// onPush is a policy as read and the push whose delta may advance it: the input of the advance
-// decision (advancedLatest).
-type onPush struct {
-	pol   *v1.ImagePolicy
-	token string         // the reconcile request pol's annotations carry, "" for none
-	id    store.Identity // the identity of the repository's stored tag list
-	image string         // the repository's spec.image
-	d     *delta         // the push's verified delta, nil for none
-}
-
-// applies tells whether p.d is a delta of p.id, the identity of the list p's policy read.
-func (p onPush) applies() bool {
-	return p.d != nil && p.d.id == p.id
-}
-
-// advancedLatest is the decision of advance for a policy without a verifier: the latest image
-// of p.pol once p.d's tags are added to the list its last evaluation read. ok is false when the
-// store must be read instead: the delta is of another identity, the policy may not be advanced by
-// it (advanceable), or the answer needs the registry or the whole list (Advance).
-func advancedLatest(p onPush, sel *policy.Selector) (latest v1.ImageRef, ok bool) {
-	if !p.applies() || !advanceable(p.pol, p.token, p.d, p.image) {
-		return v1.ImageRef{}, false
-	}
-	return Advance(sel, p.pol.GetDigestReflectionPolicy(), *p.pol.Status.LatestRef, p.d.tags, p.d.digests)
-}
-
-// advance writes the outcome of w's delta for the policy of ev, when the policy may be advanced
-// by it, the delta being of the repository's identity id; ok is false when the store must be
-// read instead. With a verifier (spec.verify), the added tags that would become latest are
-// verified first (advanceVerified).
-func (e *Evaluator) advance(ctx context.Context, w *policyWorld, ev evaluation, id store.Identity) (out PolicyOutcome, ok bool, err error) {
-	pol, repo, sel, iv := ev.pol, ev.repo, ev.sel, ev.iv
-	token, _ := kube.ReconcileRequest(pol.Annotations)
-	d := w.delta
-	if !(onPush{id: id, d: d}).applies() {
-		return PolicyOutcome{}, false, nil
-	}
-	if !advanceable(pol, token, d, repo.Spec.Image) {
-		// The policies are listed from the apiserver's watch cache, which may not hold the
-		// latest status yet, such as that of the evaluation of the previous push a moment ago:
-		// a read of the policy costs less than a read of the store.
-		fresh, err := e.Kube.Policies.Get(ctx, pol.Namespace, pol.Name)
-		markStep(ctx, "reread")
-		if err != nil || fresh.ResourceVersion == pol.ResourceVersion || fresh.Generation != pol.Generation {
-			return PolicyOutcome{}, false, nil
-		}
-		token, _ = kube.ReconcileRequest(fresh.Annotations)
-		if !advanceable(fresh, token, d, repo.Spec.Image) {
-			return PolicyOutcome{}, false, nil
-		}
-		pol, ev.pol = fresh, fresh
-	}
-	inputs := policyInputs{uid: string(pol.UID), generation: pol.Generation, request: token,
-		revision: d.to, image: repo.Spec.Image}
-	var latest v1.ImageRef
-	var skipped []skippedTag
-	if iv != nil {
-		if latest, skipped, ok = e.advanceVerified(ctx, ev, StoreKey(repo.Namespace, repo.Name), d); !ok {
-			return PolicyOutcome{}, false, nil
-		}
-		inputs.verifier = iv.ID()
-	} else if latest, ok = advancedLatest(onPush{pol: pol, token: token, id: id, image: repo.Spec.Image, d: d}, sel); !ok {
-		return PolicyOutcome{}, false, nil
-	}
-	markStep(ctx, "advanced")
-	out, err = e.succeed(ctx, pol, &latest, inputs, skipped)
-	return out, true, err
 }
 
 // errStatusMoved is the error of a status write whose object's status records another evaluated

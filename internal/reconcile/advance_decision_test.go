@@ -10,6 +10,32 @@ import (
 	"github.com/imagereflector/reflector/internal/store"
 )
 
+// onPush is a policy as read and the push whose delta may advance it: the input of
+// advancedLatest.
+type onPush struct {
+	pol   *v1.ImagePolicy
+	token string         // the reconcile request pol's annotations carry, "" for none
+	id    store.Identity // the identity of the repository's stored tag list
+	image string         // the repository's spec.image
+	d     *delta         // the push's verified delta, nil for none
+}
+
+// advancedLatest is the decision of a policy without spec.verify over p's delta view, as
+// Evaluator.decidePolicy takes it: the latest image, or ok false when the stored list must
+// decide instead (no delta of the list's identity, or the view cannot answer).
+func advancedLatest(p onPush, sel *policy.Selector) (latest v1.ImageRef, ok bool) {
+	if p.d == nil || p.d.id != p.id {
+		return v1.ImageRef{}, false
+	}
+	repo := &v1.ImageRepository{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "app"},
+		Spec: v1.ImageRepositorySpec{Image: p.image}}
+	d := decide(decisionInput{pol: p.pol, token: p.token, repo: repo, sel: sel, view: deltaView(p.d), known: newKnowledge()})
+	if d.kind != decideSucceed {
+		return v1.ImageRef{}, false
+	}
+	return *d.latest, true
+}
+
 // TestAdvanceDecision is the table of a policy's advance on a push: a policy as its last
 // evaluation left it (evaluatedPolicy: app:1.0.0 from revision sha256:a, request r1 handled) and a
 // verified delta in; the latest image, or a read of the store, out. The apiserver and the store

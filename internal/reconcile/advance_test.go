@@ -8,9 +8,12 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/policy"
+	"github.com/imagereflector/reflector/internal/store"
 )
 
 // advanceSpecs are policies of every kind the property below covers: semver ranges with and
@@ -65,20 +68,6 @@ func randomTag(r *rand.Rand) string {
 	}
 }
 
-// fullLatest is what an evaluation from the store selects over tags: the tag and the digest the
-// policy reflects, digests standing for the registry.
-func fullLatest(sel *policy.Selector, reflect v1.ReflectionPolicy, tags []string, digests map[string]string) (v1.ImageRef, error) {
-	tag, err := sel.Latest(tags)
-	if err != nil {
-		return v1.ImageRef{}, err
-	}
-	ref := v1.ImageRef{Name: "example.test/app", Tag: tag}
-	if reflect != v1.ReflectNever {
-		ref.Digest = digests[tag]
-	}
-	return ref, nil
-}
-
 // storedAfter is what a scan stores: the tags of the grammar that an exclusion list keeps,
 // sorted and unique.
 func storedAfter(tags []string, exclude []*regexp.Regexp) []string {
@@ -112,55 +101,98 @@ var advanceSelectors, advanceExcluders = func() ([]*policy.Selector, [][]*regexp
 }()
 
 // advanceCase picks a spec and an exclusion list by their indexes in advanceSpecs and
-// advanceExclusions, and a reflection policy.
+// advanceExclusions, a reflection policy, and whether the policy has spec.verify; the verdict
+// on a digest is then drawn from seed.
 type advanceCase struct {
 	spec      int
 	reflect   v1.ReflectionPolicy
 	exclusion int
+	verify    bool
+	seed      uint8
 }
 
-// checkAdvance checks Advance against a full evaluation for one stored list and one addition,
-// under the spec and exclusion list of c.
-func checkAdvance(t *testing.T, c advanceCase, stored, pushed []string, digests map[string]string) {
+// advanceImage is the image of the repository of checkAdvance.
+const advanceImage = "example.test/app"
+
+// checkAdvance checks that the two tag views decide alike, under the spec and exclusion list of
+// c: for one stored list and one addition, the decision over the policy's latestRef and the
+// push's delta is the decision over the whole list after the addition, digest included, or
+// else asks for that list. digests stand for the registry. answered tells that the delta view
+// answered.
+func checkAdvance(t *testing.T, c advanceCase, stored, pushed []string, digests map[string]string) (answered bool) {
 	t.Helper()
-	i, reflect, j := c.spec, c.reflect, c.exclusion
+	i, j := c.spec, c.exclusion
 	spec, sel := advanceSpecs[i], advanceSelectors[i]
+	spec.DigestReflectionPolicy = c.reflect
 	exclusions, exclude := advanceExclusions[j], advanceExcluders[j]
-	before := storedAfter(stored, exclude)
-	latest, err := fullLatest(sel, reflect, before, digests)
-	if err != nil {
-		// No successful evaluation of this list: there is nothing to advance from.
-		return
+	reg := &registryAnswers{t: t, digests: digests, verdicts: map[string]string{}}
+	verifier := ""
+	if c.verify {
+		verifier = "trusted-keys"
+		for _, digest := range digests {
+			// About one digest in three carries no valid signature.
+			if (digest[len(digest)-1]+c.seed)%3 == 0 {
+				reg.verdicts[digest] = "not signed"
+			} else {
+				reg.verdicts[digest] = ""
+			}
+		}
 	}
+	repo := &v1.ImageRepository{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "app", UID: "repo-uid"},
+		Spec: v1.ImageRepositorySpec{Image: advanceImage}}
+	pol := &v1.ImagePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "app", Generation: 1}, Spec: spec}
+	full := func(pol *v1.ImagePolicy, tags []string, revision string) decision {
+		return reg.settle(decisionInput{pol: pol, repo: repo, sel: sel, verifier: verifier,
+			view: storedView(&store.Entry{Tags: tags, Revision: revision}), known: newKnowledge()})
+	}
+	before := storedAfter(stored, exclude)
+	first := full(pol, before, "sha256:before")
+	if first.kind != decideSucceed {
+		// No successful evaluation of this list: there is nothing to advance from.
+		return false
+	}
+	_, evaluated := applied(first)
 	// The addition, as the scan makes it: what the exclusion list keeps and the list lacks.
-	var added []string
+	d := &delta{id: store.Identity{UID: "repo-uid", Image: advanceImage}, from: "sha256:before", to: "sha256:after",
+		digests: map[string]string{}}
 	for _, tag := range storedAfter(pushed, exclude) {
 		if _, found := slices.BinarySearch(before, tag); !found {
-			added = append(added, tag)
+			d.tags, d.digests[tag] = append(d.tags, tag), digests[tag]
 		}
 	}
-	after := storedAfter(append(slices.Clone(before), added...), exclude)
-	want, wantErr := fullLatest(sel, reflect, after, digests)
-	got, ok := Advance(sel, reflect, latest, added, digests)
-	what := fmt.Sprintf("spec %+v %+v, reflect %s, exclude %q, stored %q, added %q", spec.Policy, spec.FilterTags, reflect, exclusions, before, added)
+	after := storedAfter(append(slices.Clone(before), d.tags...), exclude)
+	want := full(evaluated, after, d.to)
+	// What this process remembers of the first evaluation: the digest of the tag it selected,
+	// whose signature verified.
+	known := newKnowledge()
+	if c.verify {
+		known.digests[first.latest.Tag] = first.digest
+		known.verdicts[first.digest] = verdict{ok: true}
+	}
+	got := reg.settle(decisionInput{pol: evaluated, repo: repo, sel: sel, verifier: verifier, view: deltaView(d), known: known})
+	what := fmt.Sprintf("spec %+v %+v, reflect %s, verify %v, exclude %q, stored %q, added %q", spec.Policy, spec.FilterTags,
+		c.reflect, c.verify, exclusions, before, d.tags)
 	switch {
-	case wantErr != nil:
-		if ok {
-			t.Fatalf("%s: advanced to %+v, but a full evaluation fails: %v", what, got, wantErr)
+	case got.kind == decideNeeds && got.need.kind == lookupStoredList:
+		// Without spec.verify, only a digest due again under Always, or a list the rule fails on,
+		// may send the decision to the stored list.
+		if !c.verify && want.kind == decideSucceed && (c.reflect != v1.ReflectAlways || want.latest.Tag != first.latest.Tag) {
+			t.Fatalf("%s: the delta view asks for the stored list, which selects %+v", what, *want.latest)
 		}
-	case !ok:
-		// Only a digest due again under Always may send an outcome to the store.
-		if reflect != v1.ReflectAlways || want.Tag != latest.Tag {
-			t.Fatalf("%s: not advanced; a full evaluation selects %+v", what, want)
-		}
-	case got != want:
-		t.Fatalf("%s: advanced to %+v, a full evaluation selects %+v", what, got, want)
+	case got.kind != decideSucceed:
+		t.Fatalf("%s: the delta view decided %d (%+v); want an answer or the stored list", what, got.kind, got.need)
+	case want.kind != decideSucceed:
+		t.Fatalf("%s: the delta view selects %+v, but the stored list fails: %v", what, *got.latest, want.fail.cause)
+	case *got.latest != *want.latest || !slices.Equal(got.skipped, want.skipped) || got.inputs != want.inputs:
+		t.Fatalf("%s: the delta view selects %+v skipping %v, the stored list %+v skipping %v", what,
+			*got.latest, got.skipped, *want.latest, want.skipped)
 	}
+	return got.kind == decideSucceed
 }
 
-// TestAdvanceIsAFullEvaluation: for random stored lists and random additions, advancing a
-// policy's latest image by the added tags selects what a full evaluation of the whole list
-// after the addition selects, digest included, for every kind of policy.
+// TestAdvanceIsAFullEvaluation: for random stored lists and random additions, the decision over a
+// policy's latestRef and the added tags is the decision over the whole list after the addition,
+// digest and skipped tags included, for every kind of policy, with and without spec.verify.
 func TestAdvanceIsAFullEvaluation(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	reflects := []v1.ReflectionPolicy{v1.ReflectNever, v1.ReflectIfNotPresent, v1.ReflectAlways}
@@ -168,6 +200,9 @@ func TestAdvanceIsAFullEvaluation(t *testing.T) {
 	if testing.Short() {
 		rounds = 100
 	}
+	// How often the delta view answered, with and without spec.verify: the property holds of
+	// answers, not only of deferrals to the stored list.
+	answered := map[bool]int{}
 	for range rounds {
 		digests := map[string]string{}
 		tags := func(k int) []string {
@@ -182,9 +217,18 @@ func TestAdvanceIsAFullEvaluation(t *testing.T) {
 		stored, pushed := tags(r.IntN(30)), tags(1+r.IntN(16))
 		for i := range advanceSpecs {
 			for _, reflect := range reflects {
-				checkAdvance(t, advanceCase{spec: i, reflect: reflect, exclusion: r.IntN(len(advanceExclusions))}, stored, pushed, digests)
+				for _, verify := range []bool{false, true} {
+					if checkAdvance(t, advanceCase{spec: i, reflect: reflect, exclusion: r.IntN(len(advanceExclusions)),
+						verify: verify, seed: uint8(r.IntN(3))}, stored, pushed, digests) {
+						answered[verify]++
+					}
+				}
 			}
 		}
+	}
+	t.Logf("the delta view answered %d times without spec.verify, %d with", answered[false], answered[true])
+	if answered[false] < rounds || answered[true] < rounds/4 {
+		t.Errorf("the delta view answered %d times without spec.verify, %d with, in %d rounds", answered[false], answered[true], rounds)
 	}
 }
 
@@ -222,6 +266,9 @@ func FuzzAdvance(f *testing.F) {
 			digests[tag] = fmt.Sprintf("sha256:%064x", i+1)
 		}
 		reflect := []v1.ReflectionPolicy{v1.ReflectNever, v1.ReflectIfNotPresent, v1.ReflectAlways}[int(pick)/len(advanceSpecs)%3]
-		checkAdvance(t, advanceCase{spec: int(pick) % len(advanceSpecs), reflect: reflect, exclusion: int(pick) % len(advanceExclusions)}, stored, pushed, digests)
+		for _, verify := range []bool{false, true} {
+			checkAdvance(t, advanceCase{spec: int(pick) % len(advanceSpecs), reflect: reflect,
+				exclusion: int(pick) % len(advanceExclusions), verify: verify, seed: pick}, stored, pushed, digests)
+		}
 	})
 }

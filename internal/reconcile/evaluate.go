@@ -214,106 +214,163 @@ func (e *Evaluator) logged(ctx context.Context, out PolicyOutcome, start time.Ti
 	return out, err
 }
 
-// evaluate evaluates pol, as read from the API server, against the world w.
+// evaluate evaluates pol, as read from the API server, against the world w: it decides
+// (decidePolicy) and writes the decision (apply).
 func (e *Evaluator) evaluate(ctx context.Context, w *policyWorld, pol *v1.ImagePolicy) (PolicyOutcome, error) {
-	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Latest: pol.Status.LatestRef,
-		suspended: pol.Spec.Suspend, deleting: !pol.DeletionTimestamp.IsZero()}
-	if !pol.DeletionTimestamp.IsZero() {
-		return e.finalize(ctx, pol, out)
+	d, read, err := e.decidePolicy(ctx, w, pol)
+	if err != nil {
+		return PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Latest: pol.Status.LatestRef,
+			suspended: pol.Spec.Suspend, deleting: !pol.DeletionTimestamp.IsZero()}, err
 	}
-	if pol.Spec.Suspend {
-		out.Result = PolicySuspended
-		// As Flux does, a suspended object acknowledges a reconcile request without acting on it.
-		return out, e.status().acknowledge(ctx, pol)
+	out, err := e.apply(ctx, d)
+	out.suspended, out.deleting = pol.Spec.Suspend, !pol.DeletionTimestamp.IsZero()
+	if read != nil {
+		return read.of(out, err)
 	}
-	// The request acted upon is the one present now; a later one is handled by a later call.
-	token, _ := kube.ReconcileRequest(pol.Annotations)
+	return out, err
+}
 
+// decidePolicy gathers what pol's answer depends on, in the order Flux's controller reads it,
+// and returns the decision: a refusal or a failure as soon as one is certain, else decide's
+// answer over the push's delta, when it has one for the policy, or over the stored tag list,
+// with the lookups it asks for performed. read is the stored list the decision was derived
+// from, when it was read; the error is the evaluator's own (the apiserver unreachable).
+func (e *Evaluator) decidePolicy(ctx context.Context, w *policyWorld, pol *v1.ImagePolicy) (d decision, read *storeRead, err error) {
+	switch {
+	case !pol.DeletionTimestamp.IsZero():
+		return decision{kind: decideFinalize, pol: pol}, nil, nil
+	case pol.Spec.Suspend:
+		return decision{kind: decideSuspend, pol: pol}, nil, nil
+	}
 	repoNS, repoName := pol.RepositoryNamespace(), pol.Spec.ImageRepositoryRef.Name
-	cross := repoNS != pol.Namespace
 	if blocked := blockedReference(pol, e.NoCrossNamespaceRefs); blocked != nil {
 		// Refused before anything of the other namespace is read, as Flux does; only a spec
 		// change cures it.
-		return e.refuse(ctx, pol, true, "cross-namespace references are blocked", blocked)
+		return refused(pol, true, "cross-namespace references are blocked", blocked), nil, nil
 	}
 	repo, err := w.repositoryFor(ctx, pol, repoNS, repoName)
-	if apierrors.IsNotFound(err) {
-		if cross {
-			return e.refuse(ctx, pol, false, "the ImageRepository does not exist", crossNamespaceDenied(pol, repoNS, repoName))
-		}
-		f := repositoryMissing(repoNS, repoName)
-		return e.fail(ctx, pol, f.reason, f.stalled, f.cause)
-	}
-	if err != nil {
-		return out, fmt.Errorf("reading ImageRepository %s/%s: %w", repoNS, repoName, err)
+	switch {
+	case apierrors.IsNotFound(err) && repoNS != pol.Namespace:
+		return refused(pol, false, "the ImageRepository does not exist", crossNamespaceDenied(pol, repoNS, repoName)), nil, nil
+	case apierrors.IsNotFound(err):
+		return failed(pol, repositoryMissing(repoNS, repoName)), nil, nil
+	case err != nil:
+		return decision{}, nil, fmt.Errorf("reading ImageRepository %s/%s: %w", repoNS, repoName, err)
 	}
 	markStep(ctx, "repository")
 	if denied, err := w.accessDenied(ctx, pol, repo); err != nil {
-		return out, err
+		return decision{}, nil, err
 	} else if denied != nil {
-		return e.refuse(ctx, pol, false, denied.Error(), crossNamespaceDenied(pol, repoNS, repoName))
+		return refused(pol, false, denied.Error(), crossNamespaceDenied(pol, repoNS, repoName)), nil, nil
 	}
 	id, sel, bad := specOf(pol, repo)
 	if bad != nil {
-		return e.fail(ctx, pol, bad.reason, bad.stalled, bad.cause)
+		return failed(pol, *bad), nil, nil
 	}
+	// The request acted upon is the one present now; a later one is handled by a later call.
+	token, _ := kube.ReconcileRequest(pol.Annotations)
+	in := decisionInput{pol: pol, token: token, repo: repo, sel: sel}
 	var iv ImageVerifier
 	if pol.Spec.Verify != nil {
 		if iv, err = e.verifierOf(ctx, pol); err != nil {
-			return e.fail(ctx, pol, v1.VerificationErrorReason, errors.Is(err, errVerifyConfig), err)
+			return failed(pol, failure{v1.VerificationErrorReason, errors.Is(err, errVerifyConfig), err}), nil, nil
 		}
-	}
-	ev := evaluation{pol: pol, repo: repo, sel: sel, iv: iv}
-	if out, ok, err := e.advance(ctx, w, ev, id); ok {
-		return out, err
+		in.verifier = iv.ID()
 	}
 	key := StoreKey(repoNS, repoName)
+	lk := &lookups{e: e, repo: repo, iv: iv, key: key}
+	defer lk.close()
+	if dl := w.delta; dl != nil && dl.id == id {
+		lk.delta = dl
+		if d, ok := e.decideOnPush(ctx, in, lk); ok {
+			markStep(ctx, "advanced")
+			return d, nil, nil
+		}
+	}
 	rev, err := w.revision(key, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return e.failNoTags(ctx, pol, repo, err)
+		return failed(pol, noTagsFailure(repo, err)), nil, nil
 	case err != nil:
-		return e.failStore(ctx, pol, err)
+		return storeUnreadable(pol, err), nil, nil
 	}
+	read = &storeRead{key: key, id: id, revision: rev}
 	inputs := policyInputs{uid: string(pol.UID), generation: pol.Generation, request: token,
-		revision: rev, image: repo.Spec.Image}
-	if iv != nil {
-		inputs.verifier = iv.ID()
-	}
-	read := storeRead{key: key, id: id, revision: rev}
+		revision: rev, image: repo.Spec.Image, verifier: in.verifier}
 	if e.unchanged(pol, inputs) {
-		out.Result = PolicyUnchanged
-		return read.of(out, nil)
+		return decision{kind: decideUnchanged, pol: pol}, read, nil
 	}
 	entry, err := w.entry(key, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return e.failNoTags(ctx, pol, repo, err)
+		return failed(pol, noTagsFailure(repo, err)), nil, nil
 	case err != nil:
-		return e.failStore(ctx, pol, err)
+		return storeUnreadable(pol, err), nil, nil
 	case len(entry.Tags) == 0:
-		return e.failNoTags(ctx, pol, repo, nil)
+		return failed(pol, noTagsFailure(repo, nil)), nil, nil
 	}
-	inputs.revision = entry.Revision
 	read.revision = entry.Revision
-	if iv != nil {
-		var d *delta
-		if w.delta != nil && w.delta.id == id {
-			d = w.delta
-		}
-		return read.of(e.evaluateVerified(ctx, ev, storedTags{key: key, entry: entry, d: d}, inputs))
-	}
-
 	markStep(ctx, "tags")
-	latest, bad := latestOf(sel, repo, entry.Tags)
-	if bad != nil {
-		return read.of(e.fail(ctx, pol, bad.reason, bad.stalled, bad.cause))
+	in.view, in.known = storedView(&entry), newKnowledge()
+	return lk.settle(ctx, in), read, nil
+}
+
+// decideOnPush is the decision of in's policy over its latestRef and the push's delta (lk.delta),
+// with the lookups it asks for performed; ok is false when the stored list must decide instead.
+// The policies are listed from the apiserver's watch cache, which may not hold the latest
+// status yet, such as that of the evaluation of the previous push a moment ago: when the delta
+// may not advance the policy as listed, it is read once more, which costs less than a read of the
+// store.
+func (e *Evaluator) decideOnPush(ctx context.Context, in decisionInput, lk *lookups) (decision, bool) {
+	in.view = deltaView(lk.delta)
+	in.known = lk.knownOnPush(in.pol)
+	d := lk.settle(ctx, in)
+	if d.kind == decideNeeds && d.need.kind == lookupPolicy {
+		fresh, err := e.Kube.Policies.Get(ctx, in.pol.Namespace, in.pol.Name)
+		markStep(ctx, "reread")
+		if err != nil || fresh.ResourceVersion == in.pol.ResourceVersion || fresh.Generation != in.pol.Generation {
+			return decision{}, false
+		}
+		in.pol = fresh
+		in.token, _ = kube.ReconcileRequest(fresh.Annotations)
+		in.known = lk.knownOnPush(fresh)
+		d = lk.settle(ctx, in)
 	}
-	if latest.Digest, err = e.digest(ctx, pol, repo, latest); err != nil {
-		return e.fail(ctx, pol, registry.Reason(err), registry.Stalled(err), fmt.Errorf(
-			"failed fetching digest of %s: %w", latest.String(), err))
+	if d.kind != decideSucceed {
+		return decision{}, false
 	}
-	return read.of(e.succeed(ctx, pol, latest, inputs, nil))
+	if in.verifier != "" {
+		lk.rememberOnPush(d.latest.Tag, d.digest)
+	}
+	return d, true
+}
+
+// apply writes the decision d: one status write, or none, per outcome.
+func (e *Evaluator) apply(ctx context.Context, d decision) (PolicyOutcome, error) {
+	pol := d.pol
+	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Latest: pol.Status.LatestRef}
+	switch d.kind {
+	case decideFinalize:
+		return e.finalize(ctx, pol, out)
+	case decideSuspend:
+		out.Result = PolicySuspended
+		// As Flux does, a suspended object acknowledges a reconcile request without acting on it.
+		return out, e.status().acknowledge(ctx, pol)
+	case decideUnchanged:
+		out.Result = PolicyUnchanged
+		return out, nil
+	case decideSucceed:
+		return e.succeed(ctx, pol, d.latest, d.inputs, d.skipped)
+	case decideRefuse:
+		return e.refuse(ctx, pol, d.fail.stalled, d.why, d.fail.cause)
+	case decideFail:
+		out, err := e.fail(ctx, pol, d.fail.reason, d.fail.stalled, d.fail.cause)
+		if d.retry != nil {
+			err = errors.Join(d.retry, err)
+		}
+		return out, err
+	}
+	return out, fmt.Errorf("ImagePolicy %s/%s: no answer decided (%d)", pol.Namespace, pol.Name, d.kind)
 }
 
 // repositoryMissing is the failure of a policy whose ImageRepository repoNS/repoName, in its
@@ -356,24 +413,6 @@ func latestOf(sel *policy.Selector, repo *v1.ImageRepository, tags []string) (*v
 	return &v1.ImageRef{Name: repo.Spec.Image, Tag: tag}, nil
 }
 
-// evaluation is what the steps of one evaluation of a policy share: the policy as read, the
-// ImageRepository it refers to, and the selector and the verifier (nil without spec.verify) of
-// its spec.
-type evaluation struct {
-	pol  *v1.ImagePolicy
-	repo *v1.ImageRepository
-	sel  *policy.Selector
-	iv   ImageVerifier
-}
-
-// storedTags is a stored tag list that an evaluation selects from: entry, stored under key, and
-// d, when not nil, the verified delta that produced it.
-type storedTags struct {
-	key   string
-	entry store.Entry
-	d     *delta
-}
-
 // storeRead is the stored tag list an outcome was derived from: its key, identity and revision.
 type storeRead struct {
 	key      string
@@ -385,22 +424,6 @@ type storeRead struct {
 func (r storeRead) of(out PolicyOutcome, err error) (PolicyOutcome, error) {
 	out.read = &r
 	return out, err
-}
-
-// evaluateVerified selects, among the stored tags, the best whose signature verifies under the
-// verifier of ev, and writes the outcome:
-// the selected tag, with the better tags it skipped named in the Ready message and a Warning
-// Event; or, when none of the best MaxVerifiedCandidates verifies, Ready=False with latestRef
-// kept as it is.
-func (e *Evaluator) evaluateVerified(ctx context.Context, ev evaluation, stored storedTags, inputs policyInputs) (PolicyOutcome, error) {
-	pol, repo := ev.pol, ev.repo
-	tag, digest, skipped, checked, err := e.selectVerified(ctx, ev, stored)
-	if f, failed := verifiedFailure(tag, checked, skipped, err); failed {
-		return e.fail(ctx, pol, f.reason, f.stalled, f.cause)
-	}
-	latest := &v1.ImageRef{Name: repo.Spec.Image, Tag: tag}
-	latest.Digest = verifiedDigest(pol, latest, digest)
-	return e.succeed(ctx, pol, latest, inputs, skipped)
 }
 
 // failure is how an evaluation fails: Ready=False with reason, Stalled when stalled, and cause
@@ -446,21 +469,6 @@ func (e *Evaluator) finalize(ctx context.Context, pol *v1.ImagePolicy, out Polic
 	return out, nil
 }
 
-// digest returns the digest that latestRef gets under the policy's digestReflectionPolicy:
-// none for Never; the current one for IfNotPresent when the image is the same and already has
-// one; otherwise the registry's answer to a HEAD with the repository's credentials and timeout.
-func (e *Evaluator) digest(ctx context.Context, pol *v1.ImagePolicy, repo *v1.ImageRepository, latest *v1.ImageRef) (string, error) {
-	if digest, ask := knownDigest(pol, latest); !ask {
-		return digest, nil
-	}
-	scan, err := e.Registry.Prepare(ctx, e.Kube, repo)
-	if err != nil {
-		return "", err
-	}
-	defer scan.Close()
-	return scan.Head(ctx, latest.Tag)
-}
-
 // knownDigest is the digest that latestRef gets under pol's digestReflectionPolicy without
 // asking the registry, or ask when only the registry knows it: none for Never; the current one
 // for IfNotPresent when latest is the same image and tag and already has one; else ask.
@@ -481,12 +489,8 @@ func knownDigest(pol *v1.ImagePolicy, latest *v1.ImageRef) (digest string, ask b
 // that names the better tags skipped for their signatures, if any (a note that is new is also a
 // Warning Event), and TagsEvaluated with the revision read and whether tags were skipped.
 func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, latest *v1.ImageRef, inputs policyInputs, skipped []skippedTag) (PolicyOutcome, error) {
-	token := inputs.request
-	note := skippedNoteOf(skipped)
-	evaluated := v1.EvaluatedReason
-	if len(skipped) > 0 {
-		evaluated = v1.SkippedUnverifiedReason
-	}
+	res := resolutionOf(pol, latest, inputs, skipped)
+	note := res.note
 	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicySucceeded, Latest: latest}
 	var wasReady bool
 	var oldMessage string
@@ -504,8 +508,7 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, latest *v1
 		if c := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition); c != nil {
 			oldMessage = c.Message
 		}
-		out.Changed, out.Previous = resolution{generation: pol.Generation, latest: latest, request: token,
-			revision: inputs.revision, note: note, evaluated: evaluated}.apply(st)
+		out.Changed, out.Previous = res.apply(st)
 		return nil
 	})
 	if err != nil {
@@ -542,6 +545,17 @@ type resolution struct {
 	revision   string
 	note       string
 	evaluated  string
+}
+
+// resolutionOf is the resolution of pol's generation that a success with latest, from inputs,
+// writes; skipped are the better candidates whose signatures did not verify.
+func resolutionOf(pol *v1.ImagePolicy, latest *v1.ImageRef, inputs policyInputs, skipped []skippedTag) resolution {
+	evaluated := v1.EvaluatedReason
+	if len(skipped) > 0 {
+		evaluated = v1.SkippedUnverifiedReason
+	}
+	return resolution{generation: pol.Generation, latest: latest, request: inputs.request,
+		revision: inputs.revision, note: skippedNoteOf(skipped), evaluated: evaluated}
 }
 
 // apply writes r into st: latestRef (and observedPreviousRef when it changes), the request
@@ -673,15 +687,6 @@ func repeatsRefusal(pol *v1.ImagePolicy, stalled bool) bool {
 		(token == "" || token == st.LastHandledReconcileAt)
 }
 
-// failNoTags reports a repository without stored tags for it as it is now; cause is the store's
-// answer, if any. It never touches latestRef: an empty or lost store (a restart, a fresh volume)
-// must not look like a repository without images, and tags listed for another identity must
-// not be written with this repository's image.
-func (e *Evaluator) failNoTags(ctx context.Context, pol *v1.ImagePolicy, repo *v1.ImageRepository, cause error) (PolicyOutcome, error) {
-	f := noTagsFailure(repo, cause)
-	return e.fail(ctx, pol, f.reason, f.stalled, f.cause)
-}
-
 // noTagsFailure is the failure of a policy whose repository has no stored tags for it as it is
 // now; cause is the store's answer, if any.
 func noTagsFailure(repo *v1.ImageRepository, cause error) failure {
@@ -697,12 +702,12 @@ func noTagsFailure(repo *v1.ImageRepository, cause error) failure {
 		"no tags in the tag store for %s %s/%s: %s", v1.ImageRepositoryKind, repo.Namespace, repo.Name, why)}
 }
 
-// failStore reports a tag store that could not be read and returns the read error as well, so
-// that the request is delivered again.
-func (e *Evaluator) failStore(ctx context.Context, pol *v1.ImagePolicy, cause error) (PolicyOutcome, error) {
-	out, err := e.fail(ctx, pol, StoreReason(cause), false, fmt.Errorf(
-		"failed to read tags from the tag store: %w", cause))
-	return out, errors.Join(fmt.Errorf("ImagePolicy %s/%s: %w", pol.Namespace, pol.Name, cause), err)
+// storeUnreadable is the decision on pol when the tag store could not be read: the failure, and
+// the read error as the evaluator's own as well, so that the request is delivered again.
+func storeUnreadable(pol *v1.ImagePolicy, cause error) decision {
+	d := failed(pol, failure{StoreReason(cause), false, fmt.Errorf("failed to read tags from the tag store: %w", cause)})
+	d.retry = fmt.Errorf("ImagePolicy %s/%s: %w", pol.Namespace, pol.Name, cause)
+	return d
 }
 
 // status writes ImagePolicy status.

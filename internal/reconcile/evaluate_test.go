@@ -12,37 +12,23 @@ import (
 )
 
 // evaluatedStatus is the status that an evaluation of pol without spec.verify leaves, decided
-// as Evaluator.evaluate decides it, without its reads: repo is the ImageRepository referred to
-// (nil: it does not exist), tags the tags stored for it (nil: none stored). Its digest policy
-// must not ask the registry.
-func evaluatedStatus(pol *v1.ImagePolicy, repo *v1.ImageRepository, tags []string) (string, *v1.ImagePolicy) {
-	out := pol.DeepCopy()
-	token := out.Annotations[v1.ReconcileRequestAnnotation]
-	fail := func(f failure) (string, *v1.ImagePolicy) {
-		failedStatus{generation: out.Generation, request: token, reason: f.reason, stalled: f.stalled,
-			message: failureMessage(f.cause)}.apply(policyFields(out))
-		if f.stalled {
-			return PolicyStalled, out
-		}
-		return PolicyFailed, out
-	}
+// as Evaluator.decidePolicy decides it, without its reads: repo is the ImageRepository referred
+// to (nil: it does not exist), tags the tags stored for it (nil: none stored). Its digest
+// policy must not ask the registry.
+func evaluatedStatus(t *testing.T, pol *v1.ImagePolicy, repo *v1.ImageRepository, tags []string) (string, *v1.ImagePolicy) {
 	if repo == nil {
-		return fail(repositoryMissing(pol.RepositoryNamespace(), pol.Spec.ImageRepositoryRef.Name))
+		return applied(failed(pol, repositoryMissing(pol.RepositoryNamespace(), pol.Spec.ImageRepositoryRef.Name)))
 	}
 	_, sel, bad := specOf(pol, repo)
 	if bad != nil {
-		return fail(*bad)
+		return applied(failed(pol, *bad))
 	}
 	if tags == nil {
-		return fail(noTagsFailure(repo, store.ErrNotFound))
+		return applied(failed(pol, noTagsFailure(repo, store.ErrNotFound)))
 	}
-	latest, bad := latestOf(sel, repo, tags)
-	if bad != nil {
-		return fail(*bad)
-	}
-	resolution{generation: out.Generation, latest: latest, request: token, revision: "rev",
-		evaluated: v1.EvaluatedReason}.apply(&out.Status)
-	return PolicySucceeded, out
+	reg := &registryAnswers{t: t}
+	return applied(reg.settle(decisionInput{pol: pol, token: pol.Annotations[v1.ReconcileRequestAnnotation], repo: repo,
+		sel: sel, view: storedView(&store.Entry{Tags: tags, Revision: "rev"}), known: newKnowledge()}))
 }
 
 // TestEvaluateRules is the specification of one evaluation without spec.verify: each case is a
@@ -146,7 +132,7 @@ func TestEvaluateRules(t *testing.T) {
 				pol.Annotations = map[string]string{v1.ReconcileRequestAnnotation: tc.request}
 			}
 
-			result, p := evaluatedStatus(pol, repo, tc.tags)
+			result, p := evaluatedStatus(t, pol, repo, tc.tags)
 			if result != tc.result {
 				t.Errorf("result %q, want %q", result, tc.result)
 			}

@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
-	"github.com/imagereflector/reflector/internal/imagename"
 	"github.com/imagereflector/reflector/internal/policy"
 	"github.com/imagereflector/reflector/internal/registry"
 )
@@ -206,61 +205,6 @@ func (e *Evaluator) verifierOf(ctx context.Context, pol *v1.ImagePolicy) (ImageV
 	return iv, nil
 }
 
-// selectVerified returns the best of the stored tags whose digest carries a valid signature
-// under the verifier of ev, checking at most MaxVerifiedCandidates, best first, and the better
-// candidates it skipped. When none verifies, tag is empty. err is the registry's (or the
-// selection's, which wraps policy.ErrNoCandidates or is a numerical parse failure). The stored
-// list's delta, when set, is the verified delta that produced it: its added tags come with their
-// digests, and the others' digests are those of the revision it started from, so that a push
-// costs only the pushed tag's check.
-func (e *Evaluator) selectVerified(ctx context.Context, ev evaluation, stored storedTags) (tag, digest string, skipped []skippedTag, checked int, err error) {
-	pol, repo, sel := ev.pol, ev.repo, ev.sel
-	key, entry, d := stored.key, stored.entry, stored.d
-	cands, err := sel.Ranked(entry.Tags, MaxVerifiedCandidates)
-	if err != nil {
-		return "", "", nil, 0, err
-	}
-	// The registry is prepared on the first question the memo cannot answer, so that an
-	// unchanged repository costs no request at all, not even a ping.
-	sc := &lazyScan{e: e, repo: repo}
-	defer sc.close()
-	// A digest that the registry may have moved since is never taken from memory.
-	fresh := pol.GetDigestReflectionPolicy() == v1.ReflectAlways
-	referrers := referrerTags(entry.Tags)
-	for _, tag := range cands {
-		checked++
-		tk := memoTag{key: key, revision: entry.Revision, tag: tag}
-		digest, ok := e.memo.digest(tk)
-		if !ok && d != nil && d.to == entry.Revision {
-			if digest = d.digests[tag]; digest == "" {
-				digest, _ = e.memo.digest(memoTag{key: key, revision: d.from, tag: tag})
-			}
-			if ok = digest != ""; ok {
-				e.memo.putDigest(tk, digest)
-			}
-		}
-		if !ok || fresh {
-			scan, err := sc.get(ctx)
-			if err != nil {
-				return "", "", skipped, checked, err
-			}
-			if digest, err = scan.Head(ctx, tag); err != nil {
-				return "", "", skipped, checked, err
-			}
-			e.memo.putDigest(tk, digest)
-		}
-		v, err := sc.verdictOn(ctx, ev.iv, tag, digest, referrers[strings.TrimPrefix(digest, "sha256:")])
-		if err != nil {
-			return "", "", skipped, checked, err
-		}
-		if v.ok {
-			return tag, digest, skipped, checked, nil
-		}
-		skipped = append(skipped, skippedTag{tag: tag, reason: v.reason})
-	}
-	return "", "", skipped, checked, nil
-}
-
 // lazyScan is a registry session for repo, prepared on its first use.
 type lazyScan struct {
 	e    *Evaluator
@@ -306,71 +250,6 @@ func (l *lazyScan) verdictOn(ctx context.Context, iv ImageVerifier, tag, digest,
 	}
 	e.memo.putVerdict(vk, v)
 	return v, nil
-}
-
-// advanceVerified is Advance for a policy with spec.verify, as read, whose last evaluation
-// read the revision that d starts from: the result equals that of selectVerified over the
-// longer list. It holds only when that evaluation selected the best candidate of the list
-// (its Ready message names no skipped tag), so that the candidates better than latestRef are
-// the added tags that rank above it; when at most MaxVerifiedCandidates-1 of them do, so that
-// latestRef is among the candidates an evaluation checks; when this process remembers a valid
-// signature of latestRef's digest under iv; and when every added tag above latestRef comes
-// with its digest. The added tags are checked best first: the first that verifies becomes
-// latest, and those before it are skipped; when none verifies, latestRef stays, with them all
-// skipped. ok is false when the store must be read instead, or when the registry could not be
-// read (the evaluation from the store then reports it).
-func (e *Evaluator) advanceVerified(ctx context.Context, ev evaluation, key string, d *delta) (latest v1.ImageRef, skipped []skippedTag, ok bool) {
-	pol, repo, sel, iv := ev.pol, ev.repo, ev.sel, ev.iv
-	old := *pol.Status.LatestRef
-	if pol.GetDigestReflectionPolicy() == v1.ReflectAlways || skippedUnverified(pol.Status.Conditions) ||
-		!imagename.ValidTag(old.Tag) {
-		return v1.ImageRef{}, nil, false
-	}
-	oldDigest, known := e.memo.digest(memoTag{key: key, revision: d.from, tag: old.Tag})
-	if !known || !e.memo.validFor(iv.ID(), oldDigest) {
-		return v1.ImageRef{}, nil, false
-	}
-	cands, err := sel.Ranked(append([]string{old.Tag}, d.tags...), MaxVerifiedCandidates)
-	if err != nil {
-		return v1.ImageRef{}, nil, false
-	}
-	above := slices.Index(cands, old.Tag)
-	if above < 0 {
-		return v1.ImageRef{}, nil, false
-	}
-	sc := &lazyScan{e: e, repo: repo}
-	defer sc.close()
-	referrers := referrerTags(d.tags)
-	for _, tag := range cands[:above] {
-		digest := d.digests[tag]
-		if digest == "" {
-			return v1.ImageRef{}, nil, false
-		}
-		v, err := sc.verdictOn(ctx, iv, tag, digest, referrers[strings.TrimPrefix(digest, "sha256:")])
-		if err != nil {
-			return v1.ImageRef{}, nil, false
-		}
-		if v.ok {
-			latest = v1.ImageRef{Name: old.Name, Tag: tag}
-			latest.Digest = verifiedDigest(pol, &latest, digest)
-			e.rememberDigests(key, d, tag, digest)
-			return latest, skipped, true
-		}
-		skipped = append(skipped, skippedTag{tag: tag, reason: v.reason})
-	}
-	e.rememberDigests(key, d, old.Tag, oldDigest)
-	return old, skipped, true
-}
-
-// rememberDigests remembers the digests of the revision that d produced as far as the next
-// delta needs them: its added tags' and latest's, whose signature is known to verify.
-func (e *Evaluator) rememberDigests(key string, d *delta, latest, digest string) {
-	for tag, dg := range d.digests {
-		if dg != "" {
-			e.memo.putDigest(memoTag{key: key, revision: d.to, tag: tag}, dg)
-		}
-	}
-	e.memo.putDigest(memoTag{key: key, revision: d.to, tag: latest}, digest)
 }
 
 // referrerTags returns, for each digest's hex that referrer tags of tags name, those tags

@@ -1,33 +1,17 @@
 package reconcile
 
 import (
-	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/policy"
 	"github.com/imagereflector/reflector/internal/store"
 )
-
-// verdictsOnly is an ImageVerifier for selections whose every verdict the Evaluator already
-// remembers: asked, it fails the test.
-type verdictsOnly struct{ t *testing.T }
-
-func (verdictsOnly) ID() string { return "trusted-keys" }
-
-func (v verdictsOnly) Verify(context.Context, name.Repository, string, ...remote.Option) (bool, string, error) {
-	v.t.Error("the registry was asked for a verdict the Evaluator remembers")
-	return false, "", errors.New("not remembered")
-}
 
 // verifiedCase is a selection among verified tags: the stored tags, the verdict on each one
 // checked ("" verifies, else why not), and the policy's spec.
@@ -37,18 +21,15 @@ type verifiedCase struct {
 	spec     v1.ImagePolicySpec
 }
 
-// verifiedStatus decides as Evaluator.evaluateVerified does, with every digest and verdict
-// remembered, so that nothing is read: the selection, and the status it leaves on a policy of
-// generation 1 whose latestRef is app:0.0.1.
+// verifiedStatus decides as Evaluator.decidePolicy does over the stored list, the registry
+// answering the digest and the verdict of each tag of c.verdicts: the candidates checked, and
+// the result and status it leaves on a policy of generation 1 whose latestRef is app:0.0.1.
 func verifiedStatus(t *testing.T, c verifiedCase) (checked int, result string, pol *v1.ImagePolicy) {
-	const key, revision, image = "apps/app", "rev", "ghcr.io/org/app"
-	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	e := &Evaluator{Now: func() time.Time { return now }}
+	const revision, image = "rev", "ghcr.io/org/app"
+	reg := &registryAnswers{t: t, digests: map[string]string{}, verdicts: map[string]string{}}
 	for tag, why := range c.verdicts {
 		digest := fmt.Sprintf("sha256:%x", sha256.Sum256([]byte(tag)))
-		e.memo.putDigest(memoTag{key: key, revision: revision, tag: tag}, digest)
-		e.memo.putVerdict(memoVerdict{verifier: verdictsOnly{}.ID(), digest: digest},
-			verdict{ok: why == "", reason: why, at: now})
+		reg.digests[tag], reg.verdicts[digest] = digest, why
 	}
 	pol = &v1.ImagePolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "app", Generation: 1}, Spec: c.spec,
 		Status: v1.ImagePolicyStatus{LatestRef: &v1.ImageRef{Name: image, Tag: "0.0.1"}}}
@@ -58,23 +39,10 @@ func verifiedStatus(t *testing.T, c verifiedCase) (checked int, result string, p
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := evaluation{pol: pol, repo: repo, sel: sel, iv: verdictsOnly{t}}
-	tag, digest, skipped, checked, err := e.selectVerified(context.Background(), ev,
-		storedTags{key: key, entry: store.Entry{Tags: c.tags, Revision: revision}})
-	out := pol.DeepCopy()
-	if f, failed := verifiedFailure(tag, checked, skipped, err); failed {
-		failedStatus{generation: 1, reason: f.reason, stalled: f.stalled, message: failureMessage(f.cause)}.apply(policyFields(out))
-		return checked, PolicyFailed, out
-	}
-	latest := &v1.ImageRef{Name: image, Tag: tag}
-	latest.Digest = verifiedDigest(pol, latest, digest)
-	evaluated := v1.EvaluatedReason
-	if len(skipped) > 0 {
-		evaluated = v1.SkippedUnverifiedReason
-	}
-	resolution{generation: 1, latest: latest, revision: revision, note: skippedNoteOf(skipped),
-		evaluated: evaluated}.apply(&out.Status)
-	return checked, PolicySucceeded, out
+	d := reg.settle(decisionInput{pol: pol, repo: repo, sel: sel, verifier: "trusted-keys",
+		view: storedView(&store.Entry{Tags: c.tags, Revision: revision}), known: newKnowledge()})
+	result, pol = applied(d)
+	return d.checked, result, pol
 }
 
 // TestSelectVerified carries the decisions of the verified selections' integration tests
