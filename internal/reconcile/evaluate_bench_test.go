@@ -168,3 +168,49 @@ func BenchmarkEvaluateRepositoryAmong10kPolicies(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// BenchmarkAdvanceRepository100Policies is the work after one push to a repository that 100
+// policies use: EvaluateChange with the push's signed delta decides each policy from its own
+// latestRef and the added tag, without the tag store (the evaluator's store holds only the key),
+// and writes each status. Each iteration adds a new best tag first (outside the timer), as a
+// push's scan does, and waits for the watch cache to show the statuses the last one wrote.
+func BenchmarkAdvanceRepository100Policies(b *testing.B) {
+	f := newEvalFixture(b)
+	f.Repo(b, f.NS, "app", "ghcr.io/org/app")
+	f.Put(b, f.NS, "app", benchTags(10_000)...)
+	choices := []v1.ImagePolicyChoice{evaltest.Semver(">=1.0.0"), evaltest.Semver("*"), evaltest.Semver(">=1.0.0-0"),
+		evaltest.Numerical(v1.OrderAsc)}
+	var names []string
+	for i := range 100 {
+		name := fmt.Sprintf("p%03d", i)
+		spec := v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: choices[i%len(choices)]}
+		if i%4 == 3 {
+			spec.FilterTags = &v1.TagFilter{Pattern: `^1\.(?P<n>[0-9]+)\.0$`, Extract: "$n"}
+		}
+		f.Policy(b, f.NS, name, spec)
+		names = append(names, f.NS+"/"+name)
+	}
+	ctx := context.Background()
+	if outs, err := benchEvaluator(f).EvaluateRepository(ctx, f.NS, "app"); err != nil || len(outs) != 100 {
+		b.Fatalf("first evaluation: %d outcomes, %v", len(outs), err)
+	}
+	ev := f.Storeless(b)
+	ev.Sink, ev.Recorder, ev.Log = nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		f.Cached(b, names...)
+		c := f.add(b, f.NS, "app", fmt.Sprintf("1.%d.0", 100+i))
+		b.StartTimer()
+		outs, err := ev.EvaluateChange(ctx, c)
+		if err != nil || len(outs) != 100 {
+			b.Fatalf("iteration %d: %d outcomes, %v", i, len(outs), err)
+		}
+		for _, o := range outs {
+			if o.Result != reconcile.PolicySucceeded || !o.Changed {
+				b.Fatalf("iteration %d: %+v", i, o)
+			}
+		}
+	}
+}
