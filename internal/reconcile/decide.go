@@ -59,8 +59,8 @@ type lookup struct {
 }
 
 // decision is a policy's answer: what to write, or the lookup it still needs. decide makes the
-// answers of a tag view; the steps before it (evaluate) make the refusals and the failures of
-// what the view cannot be built without.
+// answers over a tag view; Evaluator.decidePolicy, which gathers decide's inputs, makes the
+// refusals and the failures found before a view can be had. Evaluator.apply writes it.
 type decision struct {
 	kind decisionKind
 	pol  *v1.ImagePolicy
