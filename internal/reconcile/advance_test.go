@@ -166,8 +166,8 @@ func checkAdvance(t *testing.T, c advanceCase, stored, pushed []string, digests 
 	// whose signature verified.
 	known := newKnowledge()
 	if c.verify {
-		known.digests[first.latest.Tag] = first.digest
-		known.verdicts[first.digest] = verdict{ok: true}
+		known.learnDigest(first.latest.Tag, first.digest)
+		known.learnVerdict(first.digest, verdict{ok: true})
 	}
 	got := reg.settle(decisionInput{pol: evaluated, repo: repo, sel: sel, verifier: verifier, view: deltaView(d), known: known})
 	what := fmt.Sprintf("spec %+v %+v, reflect %s, verify %v, exclude %q, stored %q, added %q", spec.Policy, spec.FilterTags,

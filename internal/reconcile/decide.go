@@ -156,8 +156,24 @@ type knowledge struct {
 	err      error
 }
 
-func newKnowledge() *knowledge {
-	return &knowledge{digests: map[string]string{}, verdicts: map[string]verdict{}}
+// newKnowledge is knowing nothing yet; its maps are made by the first lookup that learns, so
+// that a decision without lookups, the common one, costs none.
+func newKnowledge() *knowledge { return &knowledge{} }
+
+// learnDigest records that tag's digest is digest.
+func (k *knowledge) learnDigest(tag, digest string) {
+	if k.digests == nil {
+		k.digests = map[string]string{}
+	}
+	k.digests[tag] = digest
+}
+
+// learnVerdict records the verdict v on digest.
+func (k *knowledge) learnVerdict(digest string, v verdict) {
+	if k.verdicts == nil {
+		k.verdicts = map[string]verdict{}
+	}
+	k.verdicts[digest] = v
 }
 
 // decisionInput is what a policy's answer is a function of.

@@ -57,7 +57,7 @@ func (r *registryAnswers) settle(in decisionInput) decision {
 				in.known.err = errors.New("no such tag")
 				continue
 			}
-			in.known.digests[d.need.tag] = digest
+			in.known.learnDigest(d.need.tag, digest)
 		case lookupVerdict:
 			why, ok := r.verdicts[d.need.digest]
 			if !ok {
@@ -65,7 +65,7 @@ func (r *registryAnswers) settle(in decisionInput) decision {
 				in.known.err = errors.New("no verdict")
 				continue
 			}
-			in.known.verdicts[d.need.digest] = verdict{ok: why == "", reason: why}
+			in.known.learnVerdict(d.need.digest, verdict{ok: why == "", reason: why})
 		default:
 			return d
 		}
@@ -230,7 +230,8 @@ func TestDecideLookups(t *testing.T) {
 				in.view = deltaView(d)
 			}
 			if tt.valid {
-				in.known.digests["1.0.0"], in.known.verdicts[digest("1.0.0")] = digest("1.0.0"), verdict{ok: true}
+				in.known.learnDigest("1.0.0", digest("1.0.0"))
+				in.known.learnVerdict(digest("1.0.0"), verdict{ok: true})
 			}
 			got := reg.settle(in)
 			if !slices.Equal(reg.asked, tt.asked) {

@@ -55,7 +55,7 @@ func (l *lookups) settle(ctx context.Context, in decisionInput) decision {
 			if err != nil {
 				in.known.err = err
 			} else {
-				in.known.digests[d.need.tag] = digest
+				in.known.learnDigest(d.need.tag, digest)
 			}
 		case lookupVerdict:
 			refs := in.view.referrers()[strings.TrimPrefix(d.need.digest, "sha256:")]
@@ -63,7 +63,7 @@ func (l *lookups) settle(ctx context.Context, in decisionInput) decision {
 			if err != nil {
 				in.known.err = err
 			} else {
-				in.known.verdicts[d.need.digest] = v
+				in.known.learnVerdict(d.need.digest, v)
 			}
 		default:
 			return d
@@ -120,8 +120,8 @@ func (l *lookups) knownOnPush(pol *v1.ImagePolicy) *knowledge {
 	tag := pol.Status.LatestRef.Tag
 	digest, ok := l.e.memo.digest(memoTag{key: l.key, revision: l.delta.from, tag: tag})
 	if ok && l.e.memo.validFor(l.iv.ID(), digest) {
-		k.digests[tag] = digest
-		k.verdicts[digest] = verdict{ok: true}
+		k.learnDigest(tag, digest)
+		k.learnVerdict(digest, verdict{ok: true})
 	}
 	return k
 }
