@@ -186,8 +186,9 @@ type decisionInput struct {
 	sel  *policy.Selector
 	// verifier is the ID of the verifier of its spec.verify, "" without.
 	verifier string
-	view     *tagView
-	known    *knowledge
+	// view is the tags to select from; known what the lookups of this decision learnt so far.
+	view  *tagView
+	known *knowledge
 }
 
 // decide is a policy's answer over a tag view: the latest image and what else a success writes,
