@@ -186,7 +186,7 @@ func FromEnv() (*Deps, error) {
 	d := &Deps{
 		Kube:     env.Kube,
 		Registry: registry.New(regOpts...),
-		Store:    store.New(env.StoreDir),
+		Store:    store.New(env.StoreDir, store.HandOverListings()),
 		Sink:     env.Sink,
 		Recorder: kube.NewRecorder(env.Kube, "reflector-scan", kube.PostingTo(env.FluxEvents)),
 		Receiver: opts,

@@ -36,8 +36,6 @@ type Scanner interface {
 	// its requests was recorded after the running scan read the object, and reports whether it
 	// did; the caller then records nothing and scans nothing.
 	Join(ctx context.Context, namespace, name string, hint *reconcile.Hint) bool
-	// Warm readies what the scans need while the delivery is being recorded.
-	Warm()
 }
 
 // Receiver serves registry webhooks under /hook/ (see ServeHTTP) and CloudEvents (see

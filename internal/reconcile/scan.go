@@ -219,14 +219,6 @@ func (s *Scanner) recordedAt(key string, rec *Recording, sent time.Time) {
 	})
 }
 
-// Warm readies the tag store for a scan that is about to start (store.Store.Warm): the scan
-// then finds it open.
-func (s *Scanner) Warm() {
-	if s.Store != nil {
-		s.Store.Warm()
-	}
-}
-
 // scanRequest is one request to scan namespace/name.
 type scanRequest struct {
 	namespace, name string
@@ -719,11 +711,6 @@ func (s *Scanner) announce(ctx context.Context, repo *v1.ImageRepository, id sto
 			logger(s.Log).WarnContext(ctx, "signing the tags a scan added", "namespace", repo.Namespace, "name", repo.Name, "error", err)
 			data.Delta = nil
 		}
-	}
-	if data.Delta == nil {
-		// The policy function reads the new tags as soon as it hears of them: it finds the
-		// store closed rather than waiting for this process to notice it and close it.
-		s.Store.HandOver()
 	}
 	var announced sync.WaitGroup
 	announced.Go(func() {
