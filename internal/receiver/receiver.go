@@ -76,7 +76,7 @@ func New(c *kube.Client, s Scanner, opts ...Option) *Receiver {
 		kube:    c,
 		scanner: s,
 		cfg:     cfg,
-		repos:   newCatalog(c, cfg.cached, cfg.matchTTL, cfg.pageSize, cfg.now),
+		repos:   newCatalog(c, cfg.repositories, cfg.pageSize),
 		secrets: newReceivers(c, cfg.secretTTL, cfg.pageSize, cfg.now),
 		decoy:   decoySecret(),
 		limits:  newLimiters(cfg.rate, cfg.burst),

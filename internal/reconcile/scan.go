@@ -111,10 +111,9 @@ type Scanner struct {
 	Now func() time.Time
 	// Log receives one line per scan; nil means slog.Default().
 	Log *slog.Logger
-	// Cached, when set, holds the copies that a scan beside its request's patch starts from (a
-	// watch's, as the watch cache holds them) without a read; until it can answer, and
-	// without it, the scan reads the watch cache.
-	Cached CachedRepositories
+	// Repositories holds the watched copies that a scan beside its request's patch starts from
+	// without a read; a copy it does not have yet is read from the apiserver.
+	Repositories CachedRepositories
 
 	queueOnce sync.Once
 	queue     *coalesce.Queue[string, followUp]
@@ -500,31 +499,21 @@ func (s *Scanner) logScan(ctx context.Context, req scanRequest, took time.Durati
 }
 
 // readRepository returns the ImageRepository to scan: read when the caller has it, else, for a
-// scan beside its request's patch (rec), the watched copy (Cached) or the watch cache's, else a
+// scan beside its request's patch (rec), the watched copy (Repositories), else, and on a miss, a
 // read from the apiserver. A repository that is gone loses its store entry and comes back nil,
 // with the outcome that says so.
 func (s *Scanner) readRepository(ctx context.Context, namespace, name string, read *v1.ImageRepository, rec *Recording) (*v1.ImageRepository, ScanOutcome, error) {
 	got, err := read, error(nil)
-	switch {
-	case got != nil:
-	case rec != nil:
-		// A scan beside its request's patch starts from the watch cache's copy: a consistent
-		// read waits in etcd behind the patch and the writes of other pushes, on a push's way to
-		// latestRef. A copy from before an edit is harmless: the status is written against the
-		// object the patch returns, only when it is the one scanned (Scanner.recorded), and the
-		// policies advance by a delta only for the identity they read themselves.
-		if s.Cached != nil {
-			if cached, ok := s.Cached.Get(namespace, name); ok {
-				got = cached
-				break
-			}
-		}
-		got, err = s.Kube.Repositories.GetCached(ctx, namespace, name)
-		if apierrors.IsNotFound(err) {
-			// The cache may not know an object created a moment ago.
-			got, err = s.Kube.Repositories.Get(ctx, namespace, name)
-		}
-	default:
+	if got == nil && rec != nil && s.Repositories != nil {
+		// A scan beside its request's patch starts from the watched copy: a read waits in etcd
+		// behind the patch and the writes of other pushes, on a push's way to latestRef. A copy
+		// from before an edit is harmless: the status is written against the object the patch
+		// returns, only when it is the one scanned (Scanner.recorded), and the policies advance
+		// by a delta only for the identity they read themselves.
+		got, _ = s.Repositories.Get(namespace, name)
+	}
+	if got == nil {
+		// Without a copy, such as for an object created a moment ago, the apiserver answers.
 		got, err = s.Kube.Repositories.Get(ctx, namespace, name)
 	}
 	key := StoreKey(namespace, name)
