@@ -1,11 +1,12 @@
 // Command policy serves the policy function (functions/policy) on $PORT (default 8080),
-// configured from the environment as that package describes. It runs its own http.Server
-// rather than functions-framework-go's Start, so that on SIGTERM it stops accepting connections
-// at once (function.Serve); then it lets the requests in flight finish and closes the recorder
-// and the tag store, so the next process needs no log replay: the steps a
-// functions-framework-go host takes through function.Host. Started by a supervisor that binds
-// its ports, as systemd's socket activation does (LISTEN_FDS), it serves the listeners it is
-// handed under the names policy and metrics instead of binding its own (function.Listen).
+// configured from the environment as that package describes. It serves the function through a
+// function.Host, as functions/policy's registration with functions-framework-go does, built at
+// start (function.Host.Start), on its own http.Server rather than functions-framework-go's Start,
+// so that on SIGTERM it stops accepting connections at once (function.Serve); then it lets the
+// requests in flight finish and closes the recorder and the tag store (function.Host.Close), so
+// the next process needs no log replay. Started by a supervisor that binds its ports, as
+// systemd's socket activation does (LISTEN_FDS), it serves the listeners it is handed under the
+// names policy and metrics instead of binding its own (function.Listen).
 package main
 
 import (
@@ -30,9 +31,9 @@ func main() {
 }
 
 func run(t function.Timeouts, log *slog.Logger) error {
-	fn, err := policy.Open(log)
-	if err != nil {
+	host := function.NewHost("policy", t, log, policy.Open)
+	if err := host.Start(); err != nil {
 		return err
 	}
-	return function.Serve([]function.Listener{{Name: "policy", Addr: function.PortAddr(function.Port()), Handler: fn.Handlers[policy.Target]}}, t, fn.Close, log)
+	return function.Serve([]function.Listener{{Name: "policy", Addr: function.PortAddr(function.Port()), Handler: host.Handler(policy.Target)}}, t, host.Close, log)
 }

@@ -1,15 +1,16 @@
-// Command scan serves the scan function (functions/scan) on $PORT (default 8080), configured
-// from the environment as that package describes: the public webhook surface, or with
+// Command scan serves the scan function (functions/scan) on $PORT (default 8080), configured from
+// the environment as that package describes: the public webhook surface, or with
 // REFLECTOR_SURFACE=cloudevents the cluster-local CloudEvents surface. With
 // REFLECTOR_CLOUDEVENTS_PORT set it serves the CloudEvents surface on that port too, so that one
-// process serves both on separate listeners. It runs its own http.Server rather than
-// functions-framework-go's Start, so that on SIGTERM it stops accepting connections at once
-// (function.Serve); then it lets the requests in flight finish, gives background scans a
-// bounded grace period, and closes the recorder and the tag store, so the next process needs no
-// log replay: the steps a functions-framework-go host takes through function.Host. Started by
-// a supervisor that binds its ports, as systemd's socket activation does (LISTEN_FDS), it serves
-// the listeners it is handed under the names webhooks, cloudevents and metrics instead of
-// binding its own (function.Listen).
+// process serves both on separate listeners. It serves the function through a function.Host, as
+// functions/scan's registration with functions-framework-go does, built at start
+// (function.Host.Start), on its own http.Server rather than functions-framework-go's Start, so
+// that on SIGTERM it stops accepting connections at once (function.Serve); then it lets the
+// requests in flight finish, gives background scans a bounded grace period, and closes the
+// recorder and the tag store (function.Host.Close), so the next process needs no log replay.
+// Started by a supervisor that binds its ports, as systemd's socket activation does (LISTEN_FDS),
+// it serves the listeners it is handed under the names webhooks, cloudevents and metrics instead
+// of binding its own (function.Listen).
 package main
 
 import (
@@ -44,23 +45,23 @@ func run(t function.Timeouts, log *slog.Logger) error {
 	if os.Getenv("REFLECTOR_CLOUDEVENTS_PORT") != "" && surface == "cloudevents" {
 		return errors.New("REFLECTOR_CLOUDEVENTS_PORT is for a process whose $PORT serves webhooks")
 	}
-	fn, err := scan.Open(log)
-	if err != nil {
+	host := function.NewHost("scan", t, log, scan.Open)
+	if err := host.Start(); err != nil {
 		return err
 	}
-	return function.Serve(listeners(fn, surface), t, fn.Close, log)
+	return function.Serve(listeners(host, surface), t, host.Close, log)
 }
 
 // listeners returns what the environment asks the process to serve: surface on $PORT and, with
 // REFLECTOR_CLOUDEVENTS_PORT set, the CloudEvents surface on that port.
-func listeners(fn *function.Function, surface string) []function.Listener {
+func listeners(host *function.Host, surface string) []function.Listener {
 	port := function.PortAddr(function.Port())
 	if surface == "cloudevents" {
-		return []function.Listener{{Name: "cloudevents", Addr: port, Handler: fn.Handlers[scan.ScanTarget]}}
+		return []function.Listener{{Name: "cloudevents", Addr: port, Handler: host.Handler(scan.ScanTarget)}}
 	}
-	ls := []function.Listener{{Name: "webhooks", Addr: port, Handler: fn.Handlers[scan.WebhookTarget]}}
+	ls := []function.Listener{{Name: "webhooks", Addr: port, Handler: host.Handler(scan.WebhookTarget)}}
 	if p := os.Getenv("REFLECTOR_CLOUDEVENTS_PORT"); p != "" {
-		ls = append(ls, function.Listener{Name: "cloudevents", Addr: function.PortAddr(p), Handler: fn.Handlers[scan.ScanTarget]})
+		ls = append(ls, function.Listener{Name: "cloudevents", Addr: function.PortAddr(p), Handler: host.Handler(scan.ScanTarget)})
 	}
 	return ls
 }

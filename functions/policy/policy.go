@@ -52,9 +52,6 @@
 //	                      public-good root embedded in sigstore-go)
 //	REFLECTOR_SIGSTORE_TUF_CACHE  a writable directory for the TUF client's cache (default:
 //	                      memory only); fetched on first need, reused for a day
-//	REFLECTOR_OBJECT_CACHE  "false": list a repository's ImagePolicies and read the repository at
-//	                      every event instead of keeping both in memory as a watch delivers
-//	                      them (the default)
 //	REFLECTOR_REGISTRY_RATE, REFLECTOR_REGISTRY_BURST  as for the scan function: the requests per
 //	                      second to one registry host (default 10) of digest reflection and of
 //	                      signature verification, which costs a signed push three to five
@@ -205,15 +202,13 @@ func FromEnv() (*Deps, error) {
 		DebugEndpoints:       debug,
 		NoCrossNamespaceRefs: noCross,
 	}
-	if env.CacheObjects {
-		d.Policies = kube.NewCache(env.Kube.Policies, map[string]func(*v1.ImagePolicy) string{
-			reconcile.RepositoryIndex: reconcile.PolicyRepository,
-		})
-		d.Repositories = kube.NewCache[*v1.ImageRepository](env.Kube.Repositories, nil)
-		// Until their first listings have arrived, events read as before.
-		d.Policies.Start(context.Background())
-		d.Repositories.Start(context.Background())
-	}
+	d.Policies = kube.NewCache(env.Kube.Policies, map[string]func(*v1.ImagePolicy) string{
+		reconcile.RepositoryIndex: reconcile.PolicyRepository,
+	})
+	d.Repositories = kube.NewCache[*v1.ImageRepository](env.Kube.Repositories, nil)
+	// Until their first listings have arrived, events read from the apiserver.
+	d.Policies.Start(context.Background())
+	d.Repositories.Start(context.Background())
 	return d, nil
 }
 

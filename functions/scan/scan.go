@@ -35,8 +35,6 @@
 //	                                10; 0: no limit): a push costs one, so a release wave of N pushes
 //	                                into one registry is confirmed in about N divided by this
 //	REFLECTOR_REGISTRY_BURST        and at once after a quiet period (default 10)
-//	REFLECTOR_OBJECT_CACHE          "false": read the ImageRepositories at every delivery instead
-//	                                of keeping them in memory as a watch delivers them (the default)
 //	K_SINK                          where TagsChanged events go (Knative SinkBinding)
 //	K_SINK_TOKEN_FILE               the token each TagsChanged event carries, for K_SINK's audience
 //	                                (default /oidc/token, where the SinkBinding mounts it)
@@ -140,8 +138,8 @@ type Deps struct {
 	// Senders verifies the token of each CloudEvents request; nil accepts every request.
 	Senders *tokenreview.Verifier
 	// Repositories holds the ImageRepositories as a watch delivers them, so that a delivery
-	// is matched and its scan starts without a request to the apiserver; nil reads them at
-	// every delivery.
+	// is matched and its scan starts without a request to the apiserver; what it does not hold
+	// yet is read from the apiserver, and so is everything when it is nil.
 	Repositories *kube.Cache[*v1.ImageRepository]
 }
 
@@ -186,17 +184,15 @@ func FromEnv() (*Deps, error) {
 	d := &Deps{
 		Kube:     env.Kube,
 		Registry: registry.New(regOpts...),
-		Store:    store.New(env.StoreDir),
+		Store:    store.New(env.StoreDir, store.HandOverListings()),
 		Sink:     env.Sink,
 		Recorder: kube.NewRecorder(env.Kube, "reflector-scan", kube.PostingTo(env.FluxEvents)),
 		Receiver: opts,
 		Senders:  env.Senders,
 	}
-	if env.CacheObjects {
-		d.Repositories = kube.NewCache[*v1.ImageRepository](env.Kube.Repositories, nil)
-		// Until its first listing has arrived, deliveries read the repositories as before.
-		d.Repositories.Start(context.Background())
-	}
+	d.Repositories = kube.NewCache[*v1.ImageRepository](env.Kube.Repositories, nil)
+	// Until its first listing has arrived, deliveries read the repositories from the apiserver.
+	d.Repositories.Start(context.Background())
 	return d, nil
 }
 
@@ -246,8 +242,8 @@ func NewHandler(d *Deps) *Handler {
 		scanner.Sink = d.Sink
 	}
 	if d.Repositories != nil {
-		scanner.Cached = d.Repositories
-		opts = append(opts, receiver.WithCachedRepositories(d.Repositories))
+		scanner.Repositories = d.Repositories
+		opts = append(opts, receiver.WithRepositories(d.Repositories))
 	}
 	return &Handler{deps: d, log: log, receiver: receiver.New(d.Kube, scanner, opts...)}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/imagereflector/reflector/internal/events"
@@ -30,10 +29,6 @@ type Env struct {
 	// FluxEvents posts Flux's events to $REFLECTOR_EVENTS_ADDR, notification-controller's event
 	// receiver (what Flux's controllers take as --events-addr); nil when it is unset.
 	FluxEvents *fluxevent.Poster
-	// CacheObjects tells whether the function keeps the objects it looks up at every event in
-	// memory, as a watch delivers them (kube.Cache): true unless $REFLECTOR_OBJECT_CACHE is
-	// "false".
-	CacheObjects bool
 }
 
 // FromEnv reads the environment that every function needs: the store directory (required), the
@@ -57,12 +52,7 @@ func FromEnv(source string) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("K_SINK: %w", err)
 	}
-	env := &Env{StoreDir: dir, Kube: c, Sink: sink, CacheObjects: true}
-	if v := os.Getenv("REFLECTOR_OBJECT_CACHE"); v != "" {
-		if env.CacheObjects, err = strconv.ParseBool(v); err != nil {
-			return nil, fmt.Errorf("REFLECTOR_OBJECT_CACHE: %w", err)
-		}
-	}
+	env := &Env{StoreDir: dir, Kube: c, Sink: sink}
 	if aud := strings.TrimSpace(os.Getenv("REFLECTOR_OIDC_AUDIENCE")); aud != "" {
 		env.Senders = tokenreview.New(c, aud,
 			tokenreview.WithNamespaces(strings.Split(os.Getenv("REFLECTOR_OIDC_NAMESPACES"), ",")...))

@@ -214,3 +214,50 @@ func TestHostShutdownDrainsThenCloses(t *testing.T) {
 		t.Error("a second Shutdown forgot the first one's error")
 	}
 }
+
+// Start builds the function before any request, as the commands do, and fails on a bad
+// environment; Close then turns requests away and closes the function within its context.
+func TestHostStartBuildsAtOnceAndCloseStops(t *testing.T) {
+	broken, _ := newHost(t, DefaultTimeouts, func() (*Function, error) {
+		return nil, errors.New("REFLECTOR_STORE_DIR is not set")
+	})
+	if err := broken.Start(); err == nil || !strings.Contains(err.Error(), "REFLECTOR_STORE_DIR") {
+		t.Errorf("Start of a bad environment = %v", err)
+	}
+
+	builds := 0
+	var closedWith error
+	host, _ := newHost(t, DefaultTimeouts, func() (*Function, error) {
+		builds++
+		return handlerFunction(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) },
+			func(ctx context.Context) error {
+				closedWith = ctx.Err()
+				return nil
+			}), nil
+	})
+	if err := host.Start(); err != nil || builds != 1 {
+		t.Fatalf("Start = %v after %d builds, want one build", err, builds)
+	}
+	srv := httptest.NewServer(host.Handler("f"))
+	defer srv.Close()
+	post := func() int {
+		t.Helper()
+		resp, err := http.Post(srv.URL+"/", "text/plain", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(); code != http.StatusAccepted || builds != 1 {
+		t.Errorf("a request after Start: %d after %d builds, want 202 and no second build", code, builds)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := host.Close(ctx); err != nil || closedWith != nil {
+		t.Errorf("Close = %v, the function closed with context error %v", err, closedWith)
+	}
+	cancel()
+	if code := post(); code != http.StatusServiceUnavailable {
+		t.Errorf("a request after Close: %d, want 503", code)
+	}
+}

@@ -1,6 +1,7 @@
 package function
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -12,15 +13,18 @@ import (
 	"github.com/imagereflector/reflector/internal/redact"
 )
 
-// Host serves a function on a functions-framework-go host. That host's server
-// (funcframework.Start) neither drains requests nor closes anything when the process is told to
-// stop, so the Host does both itself, taking the steps Serve takes: on SIGTERM or an interrupt
-// it stops taking requests, lets those in flight finish, closes the function and ends the
-// process.
+// Host is the one way a function is hosted: its Handlers are what a functions-framework-go host
+// serves (registered with functions.HTTP) and what the commands serve on their own listeners
+// (cmd/scan, cmd/policy, through Serve). It counts the requests in, and Shutdown stops taking
+// them, lets those in flight finish and closes the function.
 //
-// The function is built on the first request that is not /healthz, so that importing a function
-// package has no side effects. A failed build answers 500 with the reason and is tried again on
-// the next request, so a fixed environment needs no restart.
+// On a functions-framework-go host the function is built on the first request that is not
+// /healthz, so that importing a function package has no side effects. A failed build answers
+// 500 with the reason and is tried again on the next request, so a fixed environment needs no
+// restart. That host's server (funcframework.Start) neither drains requests nor closes anything
+// when the process is told to stop, so a Host built that way shuts itself down on SIGTERM or an
+// interrupt and ends the process. A command builds it at once instead (Start), failing at start
+// on a bad environment, and its Serve shuts the Host down once its servers have drained.
 //
 // The Host logs as the commands do: it hands its logger to the function it builds, writes its
 // own lines through it, and before the first build makes it the process's default
@@ -91,12 +95,9 @@ func (h *Host) enter() (*Function, error) {
 		return nil, errStopping
 	}
 	if h.fn == nil {
-		slog.SetDefault(h.log)
-		fn, err := h.open(h.log)
-		if err != nil {
+		if err := h.build(); err != nil {
 			return nil, err
 		}
-		h.fn = fn
 		// Before the first request is served, so that a SIGTERM during it is not lost.
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, stopSignals...)
@@ -104,6 +105,44 @@ func (h *Host) enter() (*Function, error) {
 	}
 	h.inflight.Add(1)
 	return h.fn, nil
+}
+
+// Start builds the function now, for a process that serves the Host's handlers itself and
+// shuts it down on its own signal (Serve, with Shutdown as the function's close): a bad
+// environment then fails the start, and what the function starts (its watches) runs before the
+// first request.
+func (h *Host) Start() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.fn != nil {
+		return nil
+	}
+	return h.build()
+}
+
+// Close stops taking requests (later ones get 503) and closes the function within ctx, without
+// a drain of its own: for a process whose servers have let the requests in flight finish
+// (Serve). Shutdown is the drain and then the close.
+func (h *Host) Close(ctx context.Context) error {
+	h.mu.Lock()
+	h.stopping = true
+	fn := h.fn
+	h.mu.Unlock()
+	if fn == nil {
+		return nil
+	}
+	return fn.Close(ctx)
+}
+
+// build builds the function; h.mu is held.
+func (h *Host) build() error {
+	slog.SetDefault(h.log)
+	fn, err := h.open(h.log)
+	if err != nil {
+		return err
+	}
+	h.fn = fn
+	return nil
 }
 
 // stopOnSignal shuts the Host down on the first signal and ends the process, which the host's

@@ -201,16 +201,6 @@ func (o *Objects[T, L]) Get(ctx context.Context, namespace, name string) (T, err
 	return out, err
 }
 
-// GetCached returns the object namespace/name as the apiserver's watch cache holds it
-// (resourceVersion 0): no read of etcd, so it does not wait behind writes in flight, but it may
-// be a little behind the latest write, or not know an object just created.
-func (o *Objects[T, L]) GetCached(ctx context.Context, namespace, name string) (T, error) {
-	out := o.newObj()
-	err := o.rest.Get().NamespaceIfScoped(namespace, !o.clusterScoped).Resource(o.resource).Name(name).
-		Param("resourceVersion", "0").Do(ctx).Into(out)
-	return out, err
-}
-
 // List lists objects of one namespace, or of all namespaces when namespace is empty. Pages
 // walks large sets page by page.
 func (o *Objects[T, L]) List(ctx context.Context, namespace string, opts metav1.ListOptions) (L, error) {

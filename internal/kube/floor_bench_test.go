@@ -20,8 +20,7 @@ import (
 // then its status through the status subresource (the scan's record), and, for the way the
 // policy function goes, reads the repository, lists the ImagePolicies of the repository from the
 // watch cache (resourceVersion 0, with the field selector the policy function uses), writes the
-// ImagePolicy's status and reads the policy back (the benchmark's poll); it also reads the
-// repository from the watch cache (GetCached), as a scan beside its patch does. Reported: the p50 and
+// ImagePolicy's status and reads the policy back (the benchmark's poll). Reported: the p50 and
 // p99 of each call and of the annotation and status write together (pair), and of the policy
 // function's list and status write together (policy).
 func BenchmarkWriteFloor(b *testing.B) {
@@ -70,10 +69,6 @@ func BenchmarkWriteFloor(b *testing.B) {
 
 		timed("get_repository", func() error {
 			_, err := c.Repositories.Get(ctx, ns, "floor")
-			return err
-		})
-		timed("get_repository_cached", func() error {
-			_, err := c.Repositories.GetCached(ctx, ns, "floor")
 			return err
 		})
 		start = time.Now()

@@ -21,8 +21,8 @@ import (
 func TestWebhookIntegrationCachedRepositories(t *testing.T) {
 	env := testenv.Kube(t)
 	repos := kube.NewCache[*v1.ImageRepository](env.Client(t).Repositories, nil)
-	f := newFixture(t, receiver.WithCachedRepositories(repos))
-	f.scanner.Cached = repos
+	f := newFixture(t, receiver.WithRepositories(repos))
+	f.scanner.Repositories = repos
 	repos.Start(t.Context())
 	t.Cleanup(repos.Stop)
 

@@ -148,26 +148,6 @@ func (f *fixture) annotation(t testing.TB, ns, name string) string {
 	return f.get(t, ns, name).Annotations[v1.ReconcileRequestAnnotation]
 }
 
-// waitCached waits until the apiserver's cache, which the receiver matches deliveries from,
-// holds every one of objs. The cache may trail a creation by a moment, and a delivery that
-// matches something in it does not list again: a repository it misses is scanned for its own
-// creation instead.
-func (f *fixture) waitCached(t testing.TB, objs ...receiver.Object) {
-	t.Helper()
-	testenv.Eventually(t, 10*time.Second, func() error {
-		l, err := f.kube.Repositories.List(context.Background(), "", metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
-			return err
-		}
-		for _, o := range objs {
-			if !slices.ContainsFunc(l.Items, func(r v1.ImageRepository) bool { return r.Namespace == o.Namespace && r.Name == o.Name }) {
-				return fmt.Errorf("the apiserver's cache does not hold %s/%s yet", o.Namespace, o.Name)
-			}
-		}
-		return nil
-	})
-}
-
 // waitTag waits until the status of ns/name lists tag, and returns the object.
 func (f *fixture) waitTag(t testing.TB, ns, name, tag string) *v1.ImageRepository {
 	t.Helper()

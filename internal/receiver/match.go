@@ -52,15 +52,15 @@ func (r *Receiver) match(ctx context.Context, namespace string, evs []webhook.Ev
 		}
 		return out
 	}
-	repos, remembered, err := r.repos.repositories(ctx, namespace, false)
+	repos, copies, err := r.repos.find(ctx, namespace, false)
 	if err != nil {
 		return nil, err
 	}
-	if out := pick(repos); len(out) > 0 || !remembered {
+	if out := pick(repos); len(out) > 0 || !copies {
 		return out, nil
 	}
-	// Nothing matched a remembered listing: ask the apiserver before answering so.
-	if repos, _, err = r.repos.repositories(ctx, namespace, true); err != nil {
+	// Nothing matched the watched copies: ask the apiserver before answering so.
+	if repos, _, err = r.repos.find(ctx, namespace, true); err != nil {
 		return nil, err
 	}
 	return pick(repos), nil

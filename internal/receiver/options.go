@@ -6,8 +6,8 @@ import (
 
 	"golang.org/x/time/rate"
 
-	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/reconcile"
 )
 
 // Defaults of the options.
@@ -61,8 +61,7 @@ type config struct {
 	dedupSize     int
 	secretTTL     time.Duration
 	pageSize      int64
-	matchTTL      time.Duration
-	cached        cachedRepositories
+	repositories  reconcile.CachedRepositories
 	log           *slog.Logger
 	now           func() time.Time
 }
@@ -77,7 +76,6 @@ func defaults() config {
 		dedupSize:   DefaultDedupSize,
 		secretTTL:   DefaultSecretTTL,
 		pageSize:    DefaultPageSize,
-		matchTTL:    DefaultMatchTTL,
 		log:         slog.Default(),
 		now:         time.Now,
 	}
@@ -124,28 +122,11 @@ func WithPageSize(n int64) Option {
 	}
 }
 
-// DefaultMatchTTL is how long a listing of ImageRepositories serves the deliveries that match
-// something in it.
-const DefaultMatchTTL = time.Second
-
-// WithMatchTTL sets how long a listing of ImageRepositories serves later deliveries that match
-// something in it; zero lists for every delivery.
-func WithMatchTTL(d time.Duration) Option {
-	return func(c *config) { c.matchTTL = max(d, 0) }
-}
-
-// cachedRepositories holds ImageRepositories as a watch delivers them (kube.Cache): Range calls
-// each with every one of namespace ("" for all), which each must neither change nor keep; ok is
-// false when it cannot answer yet.
-type cachedRepositories interface {
-	Range(namespace string, each func(*v1.ImageRepository)) (ok bool)
-}
-
-// WithCachedRepositories makes matching take the ImageRepositories from a watch's copies
-// (kube.Cache) instead of listing the apiserver's watch cache, once they can answer. A delivery
-// that matches nothing there is still checked against a consistent listing.
-func WithCachedRepositories(c cachedRepositories) Option {
-	return func(cfg *config) { cfg.cached = c }
+// WithRepositories makes matching take the ImageRepositories from the watched copies
+// (kube.Cache) instead of listing them, once the copies can answer. A delivery that matches
+// nothing there is still checked against a consistent listing.
+func WithRepositories(c reconcile.CachedRepositories) Option {
+	return func(cfg *config) { cfg.repositories = c }
 }
 
 // WithLogger sets where the one line per answer goes; the default is slog.Default().

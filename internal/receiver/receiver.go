@@ -36,8 +36,6 @@ type Scanner interface {
 	// its requests was recorded after the running scan read the object, and reports whether it
 	// did; the caller then records nothing and scans nothing.
 	Join(ctx context.Context, namespace, name string, hint *reconcile.Hint) bool
-	// Warm readies what the scans need while the delivery is being recorded.
-	Warm()
 }
 
 // Receiver serves registry webhooks under /hook/ (see ServeHTTP) and CloudEvents (see
@@ -78,7 +76,7 @@ func New(c *kube.Client, s Scanner, opts ...Option) *Receiver {
 		kube:    c,
 		scanner: s,
 		cfg:     cfg,
-		repos:   newCatalog(c, cfg.cached, cfg.matchTTL, cfg.pageSize, cfg.now),
+		repos:   newCatalog(c, cfg.repositories, cfg.pageSize),
 		secrets: newReceivers(c, cfg.secretTTL, cfg.pageSize, cfg.now),
 		decoy:   decoySecret(),
 		limits:  newLimiters(cfg.rate, cfg.burst),

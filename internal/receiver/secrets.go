@@ -92,3 +92,6 @@ func (c *receivers) list(ctx context.Context) (map[string][]byte, error) {
 	}
 	return tokens, nil
 }
+
+// listTimeout bounds one listing of the receivers' Secrets.
+const listTimeout = 30 * time.Second

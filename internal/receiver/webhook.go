@@ -239,7 +239,6 @@ func (r *Receiver) deliver(ctx context.Context, seen *dedup, key, namespace stri
 	}
 	// The scans confirm and store the pushed tags while the annotations, the commit point, are
 	// written; each writes its status once its annotation is in (reconcile.Recording).
-	r.scanner.Warm()
 	recs := make([]*reconcile.Recording, len(targets))
 	sent := time.Now()
 	for i, t := range targets {

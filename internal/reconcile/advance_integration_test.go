@@ -23,11 +23,11 @@ import (
 func (f *evalFixture) add(t testing.TB, ns, name string, tags ...string) events.TagsChanged {
 	t.Helper()
 	id := f.IDs[reconcile.StoreKey(ns, name)]
-	a, err := f.Writer.Add(context.Background(), reconcile.StoreKey(ns, name), id, tags)
+	a, err := f.Writer.Push(context.Background(), reconcile.StoreKey(ns, name), id, tags, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := events.TagsChanged{Namespace: ns, Name: name, Revision: a.Entry.Revision, Delta: &events.TagsDelta{
+	c := events.TagsChanged{Namespace: ns, Name: name, Revision: a.Revision, Delta: &events.TagsDelta{
 		UID: id.UID, Image: id.Image, Listing: id.Listing, From: a.From}}
 	for _, tag := range a.Tags {
 		c.Delta.Added = append(c.Delta.Added, events.AddedTag{Tag: tag, Digest: digestOf(tag)})

@@ -5,9 +5,15 @@ import (
 )
 
 // CachedRepositories holds ImageRepositories as a watch delivers them (kube.Cache): the copies
-// of the apiserver's watch cache, without a request. ok is false when it cannot answer yet.
+// of the apiserver's watch cache, without a request. It is how the functions read them: the
+// scans beside their requests' patches (Scanner.Repositories), the evaluations of a push's delta
+// (Evaluator.Repositories) and the matching of webhook deliveries (receiver.WithRepositories);
+// a miss, which may be an object created a moment ago, is read from the apiserver. Get returns
+// a copy the caller may change; Range calls each with every repository of namespace ("" for
+// all) as held, which each must neither change nor keep. ok is false when it cannot answer yet.
 type CachedRepositories interface {
 	Get(namespace, name string) (repo *v1.ImageRepository, ok bool)
+	Range(namespace string, each func(*v1.ImageRepository)) (ok bool)
 }
 
 // CachedPolicies holds ImagePolicies as a watch delivers them (kube.Cache), indexed by

@@ -142,6 +142,13 @@ func (s staleCopies) Get(namespace, name string) (*v1.ImageRepository, bool) {
 	return s.repo.DeepCopy(), true
 }
 
+func (s staleCopies) Range(namespace string, each func(*v1.ImageRepository)) bool {
+	if namespace == "" || namespace == s.repo.Namespace {
+		each(s.repo)
+	}
+	return true
+}
+
 // countRepositoryReads gives ev a client of f's apiserver that counts its reads of one
 // ImageRepository and its lists of ImagePolicies.
 func countRepositoryReads(t testing.TB, f *evalFixture, ev *reconcile.Evaluator) (reads, lists *atomic.Int64) {

@@ -50,10 +50,6 @@ func (e *Evaluator) evaluateRepository(ctx context.Context, w *policyWorld, repo
 		fetch()
 	}
 	outs, err := e.evaluateAll(ctx, w, pols)
-	prefetch.Wait()
-	// The next change of these tags comes from the scan function, which then finds the store
-	// closed rather than waiting for this process to notice it and close it.
-	e.Store.HandOver()
 	return outs, err
 }
 

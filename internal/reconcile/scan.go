@@ -111,10 +111,9 @@ type Scanner struct {
 	Now func() time.Time
 	// Log receives one line per scan; nil means slog.Default().
 	Log *slog.Logger
-	// Cached, when set, holds the copies that a scan beside its request's patch starts from (a
-	// watch's, as the watch cache holds them) without a read; until it can answer, and
-	// without it, the scan reads the watch cache.
-	Cached CachedRepositories
+	// Repositories holds the watched copies that a scan beside its request's patch starts from
+	// without a read; a copy it does not have yet is read from the apiserver.
+	Repositories CachedRepositories
 
 	queueOnce sync.Once
 	queue     *coalesce.Queue[string, followUp]
@@ -217,14 +216,6 @@ func (s *Scanner) recordedAt(key string, rec *Recording, sent time.Time) {
 			f.recorded = sent
 		}
 	})
-}
-
-// Warm readies the tag store for a scan that is about to start (store.Store.Warm): the scan
-// then finds it open.
-func (s *Scanner) Warm() {
-	if s.Store != nil {
-		s.Store.Warm()
-	}
 }
 
 // scanRequest is one request to scan namespace/name.
@@ -508,31 +499,21 @@ func (s *Scanner) logScan(ctx context.Context, req scanRequest, took time.Durati
 }
 
 // readRepository returns the ImageRepository to scan: read when the caller has it, else, for a
-// scan beside its request's patch (rec), the watched copy (Cached) or the watch cache's, else a
+// scan beside its request's patch (rec), the watched copy (Repositories), else, and on a miss, a
 // read from the apiserver. A repository that is gone loses its store entry and comes back nil,
 // with the outcome that says so.
 func (s *Scanner) readRepository(ctx context.Context, namespace, name string, read *v1.ImageRepository, rec *Recording) (*v1.ImageRepository, ScanOutcome, error) {
 	got, err := read, error(nil)
-	switch {
-	case got != nil:
-	case rec != nil:
-		// A scan beside its request's patch starts from the watch cache's copy: a consistent
-		// read waits in etcd behind the patch and the writes of other pushes, on a push's way to
-		// latestRef. A copy from before an edit is harmless: the status is written against the
-		// object the patch returns, only when it is the one scanned (Scanner.recorded), and the
-		// policies advance by a delta only for the identity they read themselves.
-		if s.Cached != nil {
-			if cached, ok := s.Cached.Get(namespace, name); ok {
-				got = cached
-				break
-			}
-		}
-		got, err = s.Kube.Repositories.GetCached(ctx, namespace, name)
-		if apierrors.IsNotFound(err) {
-			// The cache may not know an object created a moment ago.
-			got, err = s.Kube.Repositories.Get(ctx, namespace, name)
-		}
-	default:
+	if got == nil && rec != nil && s.Repositories != nil {
+		// A scan beside its request's patch starts from the watched copy: a read waits in etcd
+		// behind the patch and the writes of other pushes, on a push's way to latestRef. A copy
+		// from before an edit is harmless: the status is written against the object the patch
+		// returns, only when it is the one scanned (Scanner.recorded), and the policies advance
+		// by a delta only for the identity they read themselves.
+		got, _ = s.Repositories.Get(namespace, name)
+	}
+	if got == nil {
+		// Without a copy, such as for an object created a moment ago, the apiserver answers.
 		got, err = s.Kube.Repositories.Get(ctx, namespace, name)
 	}
 	key := StoreKey(namespace, name)
@@ -719,11 +700,6 @@ func (s *Scanner) announce(ctx context.Context, repo *v1.ImageRepository, id sto
 			logger(s.Log).WarnContext(ctx, "signing the tags a scan added", "namespace", repo.Namespace, "name", repo.Name, "error", err)
 			data.Delta = nil
 		}
-	}
-	if data.Delta == nil {
-		// The policy function reads the new tags as soon as it hears of them: it finds the
-		// store closed rather than waiting for this process to notice it and close it.
-		s.Store.HandOver()
 	}
 	var announced sync.WaitGroup
 	announced.Go(func() {

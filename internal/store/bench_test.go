@@ -190,8 +190,8 @@ func BenchmarkPeakRSS(b *testing.B) {
 	}
 }
 
-// BenchmarkPushStep10k is what the scan of a push does to a stored list of 10,000 tags: it reads
-// the list, to leave out pushed tags it holds, then adds the pushed tag to it. Every hundred
+// BenchmarkPushStep10k is what the scan of a push does to a stored list of 10,000 tags: Push
+// leaves out pushed tags the list holds and adds the others as a delta. Every hundred
 // additions or so fill a value-log file; add-p99-ms and add-max-ms show what the addition that
 // fills one waits for.
 func BenchmarkPushStep10k(b *testing.B) {
@@ -204,13 +204,9 @@ func BenchmarkPushStep10k(b *testing.B) {
 	var adds []time.Duration
 	i := 0
 	for b.Loop() {
-		held, err := s.Get(ctx, "ns/app", testID)
-		if err != nil {
-			b.Fatal(err)
-		}
 		i++
 		start := time.Now()
-		if _, err := s.AddTo(ctx, "ns/app", held, []string{"w" + strconv.Itoa(i)}); err != nil {
+		if _, err := s.Push(ctx, "ns/app", testID, []string{"w" + strconv.Itoa(i)}, ""); err != nil {
 			b.Fatal(err)
 		}
 		adds = append(adds, time.Since(start))
@@ -220,41 +216,13 @@ func BenchmarkPushStep10k(b *testing.B) {
 	b.ReportMetric(float64(adds[len(adds)-1].Microseconds())/1000, "add-max-ms")
 }
 
-// BenchmarkAddTo is the store's part of a push: one new tag added to a list of 100, 10,000 and
-// 100,000 tags by a caller that holds the entry, as the scan of a push does. push-B is what the
-// push's transaction writes (keys and values), compact-B the bytes of the compactions the
-// pushes made due, per push; ns/op includes the background compactions' share only as far as
-// they compete for the CPU.
-func BenchmarkAddTo(b *testing.B) {
-	ctx := context.Background()
-	for _, n := range []int{100, 10_000, 100_000} {
-		b.Run(fmt.Sprintf("tags=%d", n), func(b *testing.B) {
-			s := New(b.TempDir(), WithLinger(time.Hour))
-			defer s.Close()
-			held, _, err := s.Put(ctx, "ns/app", testID, manyTags(n, "v"), time.Now())
-			if err != nil {
-				b.Fatal(err)
-			}
-			written, compacted := s.written.Load(), s.compacted.Load()
-			i := 0
-			for b.Loop() {
-				i++
-				a, err := s.AddTo(ctx, "ns/app", held, []string{"sha-" + strconv.Itoa(1_000_000+i)})
-				if err != nil {
-					b.Fatal(err)
-				}
-				held = a.Entry
-			}
-			b.StopTimer()
-			reportWritten(b, s, i, written, compacted)
-		})
-	}
-}
-
-// BenchmarkPush is a push's store calls on the scan's path, as BenchmarkAddTo for Push: which of
-// the pushed tags are missing, then the push itself, which returns the count and the greatest
-// tags rather than the list. Run with -benchtime of a few thousand pushes, the compactions that
-// the deltas call for are part of compact-B/op.
+// BenchmarkPush is the store's part of a push: one new tag added to a list of 100, 10,000 and
+// 100,000 tags with the scan's calls, Missing for which of the pushed tags are missing, then Push,
+// which returns the count and the greatest tags rather than the list. push-B is what the push's
+// transaction writes (keys and values), compact-B the bytes of the compactions the pushes made
+// due, per push; ns/op includes the background compactions' share only as far as they compete
+// for the CPU. Run with -benchtime of a few thousand pushes, the compactions that the deltas call
+// for are part of compact-B/op.
 func BenchmarkPush(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{100, 10_000, 100_000} {
@@ -304,16 +272,13 @@ func BenchmarkGetWithDeltas(b *testing.B) {
 		b.Run(fmt.Sprintf("deltas=%d", deltas), func(b *testing.B) {
 			s := New(b.TempDir(), WithLinger(time.Hour))
 			defer s.Close()
-			held, _, err := s.Put(ctx, "ns/app", testID, manyTags(100_000, "v"), time.Now())
-			if err != nil {
+			if _, _, err := s.Put(ctx, "ns/app", testID, manyTags(100_000, "v"), time.Now()); err != nil {
 				b.Fatal(err)
 			}
 			for i := range deltas {
-				a, err := s.AddTo(ctx, "ns/app", held, []string{"sha-" + strconv.Itoa(1_000_000+i)})
-				if err != nil {
+				if _, err := s.Push(ctx, "ns/app", testID, []string{"sha-" + strconv.Itoa(1_000_000+i)}, ""); err != nil {
 					b.Fatal(err)
 				}
-				held = a.Entry
 			}
 			for b.Loop() {
 				if _, err := s.Get(ctx, "ns/app", testID); err != nil {

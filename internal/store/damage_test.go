@@ -26,7 +26,7 @@ func seedDamageStore(t testing.TB, n int) string {
 			t.Fatal(err)
 		}
 		for _, tag := range tags[498:] {
-			if _, _, err := s.AddTags(ctx, key, testID, []string{tag}); err != nil {
+			if _, err := s.Push(ctx, key, testID, []string{tag}, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -181,7 +181,7 @@ func TestReaderLeavesDamageToTheWriter(t *testing.T) {
 // A damaged value in the value log fails the reads of the entries it holds
 // (ErrCorrupt, never wrong tags) without failing the directory; a Put of the
 // same list writes it again and reports a change, since its readers were
-// waiting for it, and an AddTags, Missing or Push on it reports ErrCorrupt so
+// waiting for it, and a Missing or Push on it reports ErrCorrupt so
 // that the caller lists in full.
 func TestDamagedValueIsReplaced(t *testing.T) {
 	ctx := testCtx(t)
@@ -206,10 +206,7 @@ func TestDamagedValueIsReplaced(t *testing.T) {
 	if len(bad) == 0 {
 		t.Fatal("no entry reported damaged")
 	}
-	if _, _, err := w.AddTags(ctx, bad[0], testID, []string{"zzz"}); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("AddTags on a damaged entry = %v, want ErrCorrupt", err)
-	}
-	// The scan's push path too, which reads the base's bytes without decoding them: Badger's
+	// The scan's push path, which reads the base's bytes without decoding them: Badger's
 	// checksum of the value fails.
 	if _, _, err := w.Missing(ctx, bad[0], testID, []string{"zzz"}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Missing on a damaged entry = %v, want ErrCorrupt", err)

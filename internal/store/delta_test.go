@@ -77,13 +77,13 @@ func TestPushIsADelta(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, before := header(t, s, "ns/app")
-	a, err := s.AddTo(ctx, "ns/app", put, []string{"w2", "w1", "v0.0.1-rc.1", "w1"})
+	a, err := push(ctx, s, "ns/app", testID, []string{"w2", "w1", "v0.0.1-rc.1", "w1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(a.Tags, []string{"w2", "w1"}) || a.From != put.Revision ||
 		a.Entry.Revision != RevisionAfter(put.Revision, []string{"w1", "w2"}) {
-		t.Fatalf("AddTo = from %s adding %q to %s", a.From, a.Tags, a.Entry.Revision)
+		t.Fatalf("push = from %s adding %q to %s", a.From, a.Tags, a.Entry.Revision)
 	}
 	m, after := header(t, s, "ns/app")
 	if !slices.Equal(before, after) || m.Deltas != 1 || m.base() != put.Revision || m.Revision != a.Entry.Revision {
@@ -139,21 +139,22 @@ func TestEarlierFormatEntry(t *testing.T) {
 	if err != nil || e.Revision != rev || !slices.Equal(e.Tags, []string{"1.0.0", "1.1.0", "latest"}) {
 		t.Fatalf("Get of an earlier entry = %+v, %v", e, err)
 	}
-	a, err := s.AddTo(ctx, "ns/old", e, []string{"2.0.0"})
+	// Push finds the header without the index and rebuilds the base once, keeping the revision,
+	// then adds the pushed tag as a delta.
+	a, err := push(ctx, s, "ns/old", testID, []string{"2.0.0"})
 	if err != nil || a.Entry.Revision != RevisionAfter(rev, []string{"2.0.0"}) {
-		t.Fatalf("AddTo an earlier entry = %+v, %v", a, err)
+		t.Fatalf("push to an earlier entry = %+v, %v", a, err)
 	}
 	want := []string{"1.0.0", "1.1.0", "2.0.0", "latest"}
 	if e, err := s.Get(ctx, "ns/old", testID); err != nil || !slices.Equal(e.Tags, want) || e.Revision != a.Entry.Revision {
 		t.Fatalf("Get after the push = %+v, %v", e, err)
 	}
-	// Push finds the header without the index and rebuilds the base once, keeping the revision.
-	if p, err := s.Push(ctx, "ns/old", testID, []string{"latest", "1.1.0"}, ""); err != nil || len(p.Tags) != 0 ||
+	if m, base := header(t, s, "ns/old"); !m.Indexed || m.Deltas != 1 || m.base() != rev || string(base) != `["1.0.0","1.1.0","latest"]` {
+		t.Fatalf("after the first Push: header %+v, base %s", m, base)
+	}
+	if p, err := s.Push(ctx, "ns/old", testID, []string{"latest", "1.1.0", "2.0.0"}, ""); err != nil || len(p.Tags) != 0 ||
 		p.Revision != a.Entry.Revision || p.Count != 4 || !slices.Equal(p.Latest, want) {
 		t.Fatalf("Push of held tags to an earlier entry = %+v, %v", p, err)
-	}
-	if m, base := header(t, s, "ns/old"); !m.Indexed || m.Deltas != 0 || string(base) != `["1.0.0","1.1.0","2.0.0","latest"]` {
-		t.Fatalf("after the first Push: header %+v, base %s", m, base)
 	}
 	// The listing of the same tags compacts the entry without moving its revision.
 	p, changed, err := s.Put(ctx, "ns/old", testID, want, time.Now())
@@ -184,7 +185,7 @@ func TestCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range minDeltas {
-		a, err := s.AddTo(ctx, "ns/app", e, []string{fmt.Sprintf("push-%03d", i)})
+		a, err := push(ctx, s, "ns/app", testID, []string{fmt.Sprintf("push-%03d", i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -277,7 +278,7 @@ func TestCrashBeforeCompaction(t *testing.T) {
 			if m, _ := header(t, s, "ns/app"); m.Deltas != tt.deltas {
 				t.Fatalf("%d deltas stored, want %d", m.Deltas, tt.deltas)
 			}
-			a, err := s.AddTo(ctx, "ns/app", e, []string{"after"})
+			a, err := push(ctx, s, "ns/app", testID, []string{"after"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -303,11 +304,10 @@ func TestDamagedDeltaIsReported(t *testing.T) {
 	ctx := testCtx(t)
 	dir := t.TempDir()
 	s := New(dir)
-	e, _, err := s.Put(ctx, "ns/app", testID, []string{"v1"}, time.Now())
-	if err != nil {
+	if _, _, err := s.Put(ctx, "ns/app", testID, []string{"v1"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AddTo(ctx, "ns/app", e, []string{"v2"}); err != nil {
+	if _, err := push(ctx, s, "ns/app", testID, []string{"v2"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -335,8 +335,13 @@ func TestDamagedDeltaIsReported(t *testing.T) {
 	if _, err := s.Get(ctx, "ns/app", testID); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Get of a damaged delta = %v, want ErrCorrupt", err)
 	}
-	if _, err := s.Add(ctx, "ns/app", testID, []string{"v4"}); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("Add to a damaged delta = %v, want ErrCorrupt", err)
+	// A push reads neither the list nor the deltas, so it adds to the entry all the same; the
+	// damage stays visible to every reader of the list.
+	if _, err := s.Push(ctx, "ns/app", testID, []string{"v4"}, ""); err != nil && !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Push to a damaged delta = %v", err)
+	}
+	if _, err := s.Get(ctx, "ns/app", testID); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Get after a push to a damaged delta = %v, want ErrCorrupt", err)
 	}
 	if _, changed, err := s.Put(ctx, "ns/app", testID, []string{"v1", "v2"}, time.Now()); err != nil || !changed {
 		t.Fatalf("Put over a damaged delta = changed %v, %v", changed, err)
@@ -348,15 +353,15 @@ func TestDamagedDeltaIsReported(t *testing.T) {
 
 // chain checks that additions, in any order, lead from one revision to another one step at a
 // time, each step RevisionAfter its added tags.
-func chain(t *testing.T, from, to string, adds []Addition) {
+func chain(t *testing.T, from, to string, adds []Pushed) {
 	t.Helper()
-	next := map[string]Addition{}
+	next := map[string]Pushed{}
 	for _, a := range adds {
 		if len(a.Tags) == 0 {
 			continue
 		}
-		if a.Entry.Revision != RevisionAfter(a.From, a.Tags) {
-			t.Fatalf("addition of %q from %s leads to %s", a.Tags, a.From, a.Entry.Revision)
+		if a.Revision != RevisionAfter(a.From, a.Tags) {
+			t.Fatalf("addition of %q from %s leads to %s", a.Tags, a.From, a.Revision)
 		}
 		if _, dup := next[a.From]; dup {
 			t.Fatalf("two additions from %s", a.From)
@@ -369,15 +374,15 @@ func chain(t *testing.T, from, to string, adds []Addition) {
 		if !ok {
 			break
 		}
-		rev = a.Entry.Revision
+		rev = a.Revision
 	}
 	if rev != to {
 		t.Fatalf("the additions lead to %s, the store holds %s", rev, to)
 	}
 }
 
-// TestConcurrentPushesAndCompaction: goroutines pushing to one repository, each from the entry
-// it read, while compactions run in between, lose no tag, and their additions form one chain
+// TestConcurrentPushesAndCompaction: goroutines pushing to one repository, while readers and
+// compactions run in between, lose no tag, and their additions form one chain
 // of revisions from the listing to the stored one.
 func TestConcurrentPushesAndCompaction(t *testing.T) {
 	ctx := testCtx(t)
@@ -389,31 +394,27 @@ func TestConcurrentPushesAndCompaction(t *testing.T) {
 	const workers, pushes = 8, 40
 	var (
 		mu   sync.Mutex
-		adds []Addition
+		adds []Pushed
 		revs revisions
 		wg   sync.WaitGroup
 	)
 	errs := make(chan error, workers*pushes)
 	for w := range workers {
 		wg.Go(func() {
-			held := put
 			for i := range pushes {
 				tags := []string{fmt.Sprintf("w%d-%03d", w, i), fmt.Sprintf("shared-%03d", i)}
-				a, err := s.AddTo(ctx, "ns/app", held, tags)
+				p, err := s.Push(ctx, "ns/app", testID, tags, "")
 				if err != nil {
 					errs <- err
 					return
 				}
 				mu.Lock()
-				adds = append(adds, a)
+				adds = append(adds, p)
 				mu.Unlock()
-				if err := revs.check(a.Entry); err != nil {
-					errs <- err
-				}
-				held = a.Entry
 				if i%7 == 0 {
 					// Another reader now and then: the compaction and the pushes race it.
-					if held, err = s.Get(ctx, "ns/app", testID); err != nil {
+					held, err := s.Get(ctx, "ns/app", testID)
+					if err != nil {
 						errs <- err
 						return
 					}
@@ -480,14 +481,13 @@ type model struct {
 	revs revisions
 }
 
-// runOps interprets ops as a sequence of Put, Add, AddTo (from a fresh, a held or a stale entry),
-// Get and reopen on key of the store in dir, checking after each step that the store reads as
+// runOps interprets ops as a sequence of Put, a push read back with Get, Get, Missing with Push,
+// and reopen on key of the store in dir, checking after each step that the store reads as
 // m, the list a full rewrite would hold. It returns the store, which the caller closes.
 func runOps(t *testing.T, s *Store, dir, key string, ops []byte) *Store {
 	t.Helper()
 	ctx := context.Background()
 	var m model
-	held, stale := Entry{Identity: testID}, Entry{Identity: testID}
 	next := func() int {
 		if len(ops) == 0 {
 			return 0
@@ -523,7 +523,6 @@ func runOps(t *testing.T, s *Store, dir, key string, ops []byte) *Store {
 		if err := m.revs.check(e); err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}
-		stale, held = held, e
 	}
 	for len(ops) > 0 {
 		switch op := next() % 7; op {
@@ -541,19 +540,10 @@ func runOps(t *testing.T, s *Store, dir, key string, ops []byte) *Store {
 			m.tags, m.rev = want, e.Revision
 		case 1, 2, 3:
 			tags := pick()
-			var a Addition
-			var err error
-			switch op {
-			case 1:
-				a, err = s.Add(ctx, key, testID, tags)
-			case 2:
-				a, err = s.AddTo(ctx, key, held, tags)
-			case 3:
-				a, err = s.AddTo(ctx, key, stale, tags)
-			}
+			a, err := push(ctx, s, key, testID, tags)
 			if m.rev == "" {
 				if !errors.Is(err, ErrNotFound) {
-					t.Fatalf("Add to a new key = %v", err)
+					t.Fatalf("push to a new key = %v", err)
 				}
 				continue
 			}
@@ -568,10 +558,10 @@ func runOps(t *testing.T, s *Store, dir, key string, ops []byte) *Store {
 				}
 			}
 			if a.From != m.rev || !slices.Equal(normalize(a.Tags), added) || a.Entry.Revision != RevisionAfter(m.rev, added) {
-				t.Fatalf("Add %q to %q = from %s adding %q to %s", tags, m.tags, a.From, a.Tags, a.Entry.Revision)
+				t.Fatalf("push %q to %q = from %s adding %q to %s", tags, m.tags, a.From, a.Tags, a.Entry.Revision)
 			}
 			if !slices.Equal(a.Entry.Tags, want) {
-				t.Fatalf("Add %q to %q returned %q", tags, m.tags, a.Entry.Tags)
+				t.Fatalf("push %q to %q returned %q", tags, m.tags, a.Entry.Tags)
 			}
 			m.tags, m.rev = want, a.Entry.Revision
 		case 4:
@@ -624,8 +614,8 @@ func runOps(t *testing.T, s *Store, dir, key string, ops []byte) *Store {
 	return s
 }
 
-// TestDeltasReadAsAFullRewrite: random sequences of Put, additions from fresh, held and stale
-// entries, reads and reopens, with duplicates and tags at and past the grammar's edges, always
+// TestDeltasReadAsAFullRewrite: random sequences of Put, pushes, Missing with Push,
+// reads and reopens, with duplicates and tags at and past the grammar's edges, always
 // read as the list a full rewrite would hold, under revisions that each name one list.
 func TestDeltasReadAsAFullRewrite(t *testing.T) {
 	dir := t.TempDir()

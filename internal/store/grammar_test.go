@@ -46,7 +46,7 @@ func writeRaw(t *testing.T, dir, key string, tags []string) string {
 // Tags outside the grammar are never written, and those an entry written
 // before holds are never returned: Get leaves them out (the revision stays
 // the stored list's), a Put of the list a scan now lists replaces the entry
-// and reports a change, and AddTags neither keeps nor adds them.
+// and reports a change, and Push neither keeps nor adds them.
 func TestTagsOutsideTheGrammar(t *testing.T) {
 	ctx := testCtx(t)
 	dir := t.TempDir()
@@ -82,13 +82,13 @@ func TestTagsOutsideTheGrammar(t *testing.T) {
 	writeRaw(t, dir, "ns/old", append(slices.Clone(valid), invalid...))
 	s = New(dir)
 	defer s.Close()
-	a, err := s.Add(ctx, "ns/old", testID, append([]string{"2.0.0"}, invalid...))
+	a, err := push(ctx, s, "ns/old", testID, append([]string{"2.0.0"}, invalid...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := append([]string{"1.0.0", "1.1.0", "2.0.0"}, valid[2:]...)
 	if !slices.Equal(a.Entry.Tags, want) || !slices.Equal(a.Tags, []string{"2.0.0"}) || a.Entry.Revision != RevisionAfter(rev, a.Tags) {
-		t.Errorf("Add to an old entry = %q adding %q, %s; want %q adding [2.0.0], %s", a.Entry.Tags, a.Tags, a.Entry.Revision, want, RevisionAfter(rev, a.Tags))
+		t.Errorf("push to an old entry = %q adding %q, %s; want %q adding [2.0.0], %s", a.Entry.Tags, a.Tags, a.Entry.Revision, want, RevisionAfter(rev, a.Tags))
 	}
 
 	e, _, err = s.Put(ctx, "ns/new", testID, append(slices.Clone(invalid), "v1"), time.Now())

@@ -17,6 +17,29 @@ import (
 	"time"
 )
 
+// addition is what push did to an entry: the revision the tags were added to, the tags that
+// were new, and the entry as Get reads it afterwards.
+type addition struct {
+	Entry Entry
+	From  string
+	Tags  []string
+}
+
+// push adds tags to the entry of key listed for id with Push, as the scan of a push event does,
+// and reads the entry back, which must have the revision Push wrote: for a test that is the
+// only writer of key.
+func push(ctx context.Context, s *Store, key string, id Identity, tags []string) (addition, error) {
+	p, err := s.Push(ctx, key, id, tags, "")
+	if err != nil {
+		return addition{}, err
+	}
+	e, err := s.Get(ctx, key, id)
+	if err == nil && e.Revision != p.Revision {
+		err = fmt.Errorf("Get after Push read revision %s, Push wrote %s", e.Revision, p.Revision)
+	}
+	return addition{Entry: e, From: p.From, Tags: p.Tags}, err
+}
+
 // The test binary re-executes itself as a helper process when envRole is
 // set, so that tests can put real processes on one directory.
 const (
@@ -210,7 +233,7 @@ func checkGen(e Entry, n func(g int) int) (int, error) {
 // revisions records the list each revision read named: a revision names one
 // list, however often and by whom it is read. After additions a revision is
 // no longer RevisionOf its list (RevisionAfter), so this is what a reader can
-// check of an entry that AddTags wrote.
+// check of an entry that Push wrote.
 type revisions struct {
 	mu    sync.Mutex
 	lists map[string][]string

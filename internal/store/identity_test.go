@@ -79,9 +79,9 @@ func TestPutForAnotherIdentity(t *testing.T) {
 	}
 }
 
-// AddTags adds only to an entry of the same identity: a pushed tag must not
+// Push adds only to an entry of the same identity: a pushed tag must not
 // extend a list that was listed for something else.
-func TestAddTagsRefusesAnotherIdentity(t *testing.T) {
+func TestPushRefusesAnotherIdentity(t *testing.T) {
 	ctx := testCtx(t)
 	s := newTestStore(t)
 	scan := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -89,19 +89,16 @@ func TestAddTagsRefusesAnotherIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := Identity{UID: testID.UID, Image: "ghcr.io/org/other", Listing: testID.Listing}
-	if e, changed, err := s.AddTags(ctx, "ns/app", other, []string{"9.9.9"}); !errors.Is(err, ErrOtherIdentity) || changed {
-		t.Fatalf("AddTags for another identity = %+v, changed %v, %v; want ErrOtherIdentity", e, changed, err)
+	if p, err := s.Push(ctx, "ns/app", other, []string{"9.9.9"}, ""); !errors.Is(err, ErrOtherIdentity) || len(p.Tags) != 0 {
+		t.Fatalf("Push for another identity = %+v, %v; want ErrOtherIdentity", p, err)
 	}
 	e, err := s.Get(ctx, "ns/app", testID)
 	if err != nil || !slices.Equal(e.Tags, []string{"1.0.0"}) || !e.ScanTime.Equal(scan) {
-		t.Fatalf("entry after the refused AddTags = %+v, %v", e, err)
+		t.Fatalf("entry after the refused Push = %+v, %v", e, err)
 	}
-	e, changed, err := s.AddTags(ctx, "ns/app", testID, []string{"1.1.0"})
-	if err != nil || !changed || e.Identity != testID || !slices.Equal(e.Tags, []string{"1.0.0", "1.1.0"}) {
-		t.Fatalf("AddTags for the same identity = %+v, changed %v, %v", e, changed, err)
-	}
-	if got, err := s.Get(ctx, "ns/app", testID); err != nil || got.Identity != testID {
-		t.Errorf("AddTags lost the identity: %+v, %v", got, err)
+	a, err := push(ctx, s, "ns/app", testID, []string{"1.1.0"})
+	if err != nil || len(a.Tags) != 1 || a.Entry.Identity != testID || !slices.Equal(a.Entry.Tags, []string{"1.0.0", "1.1.0"}) {
+		t.Fatalf("push for the same identity = %+v, %v", a, err)
 	}
 }
 
@@ -137,8 +134,8 @@ func TestEntryWithoutIdentity(t *testing.T) {
 	if _, err := s.Revision(ctx, "ns/app", testID); !errors.Is(err, ErrOtherIdentity) {
 		t.Errorf("Revision of an entry without identity = %v, want ErrOtherIdentity", err)
 	}
-	if _, _, err := s.AddTags(ctx, "ns/app", testID, []string{"2.0.0"}); !errors.Is(err, ErrOtherIdentity) {
-		t.Errorf("AddTags to an entry without identity = %v, want ErrOtherIdentity", err)
+	if _, err := s.Push(ctx, "ns/app", testID, []string{"2.0.0"}, ""); !errors.Is(err, ErrOtherIdentity) {
+		t.Errorf("Push to an entry without identity = %v, want ErrOtherIdentity", err)
 	}
 	if keys, err := s.Keys(ctx); err != nil || !slices.Equal(keys, []string{"ns/app"}) {
 		t.Errorf("Keys = %v, %v; the entry is still there for the cron reconciler to clean", keys, err)
@@ -160,8 +157,8 @@ func TestIncompleteIdentity(t *testing.T) {
 		if _, _, err := s.Put(ctx, "ns/app", id, []string{"1.0.0"}, time.Now()); !errors.Is(err, ErrIncompleteIdentity) {
 			t.Errorf("Put with %+v = %v, want ErrIncompleteIdentity", id, err)
 		}
-		if _, _, err := s.AddTags(ctx, "ns/app", id, []string{"1.0.0"}); !errors.Is(err, ErrIncompleteIdentity) {
-			t.Errorf("AddTags with %+v = %v, want ErrIncompleteIdentity", id, err)
+		if _, err := s.Push(ctx, "ns/app", id, []string{"1.0.0"}, ""); !errors.Is(err, ErrIncompleteIdentity) {
+			t.Errorf("Push with %+v = %v, want ErrIncompleteIdentity", id, err)
 		}
 	}
 	if keys, err := s.Keys(ctx); err != nil || len(keys) != 0 {

@@ -96,7 +96,7 @@ func (s *Store) lookNow() {
 
 // look decides about the open database; s.mu must be held. It runs when a
 // waiting process rings the gate, when the last call in flight ends, when
-// the linger or minHold may have run out, and on HandOver and Close. With
+// the linger or minHold may have run out, and on a hand-over and Close. With
 // probe, it checks the gate: the database stops admitting calls once another
 // process waits for it (after minHold). It closes when no call is in flight
 // and the Store is closed, draining, or idle for the linger.

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,7 +12,7 @@ import (
 )
 
 // Many goroutines of one process share one open database, and concurrent
-// AddTags on one key lose nothing.
+// Pushes to one key lose nothing.
 func TestConcurrentCallsShareOneOpen(t *testing.T) {
 	ctx := testCtx(t)
 	s := newTestStore(t, WithLinger(time.Hour))
@@ -33,7 +32,7 @@ func TestConcurrentCallsShareOneOpen(t *testing.T) {
 				var err error
 				switch i % 4 {
 				case 0, 1:
-					_, _, err = s.AddTags(ctx, key, testID, []string{fmt.Sprintf("w%d-%d", w, i)})
+					_, err = s.Push(ctx, key, testID, []string{fmt.Sprintf("w%d-%d", w, i)}, "")
 				case 2:
 					var e Entry
 					if e, err = s.Get(ctx, key, testID); err == nil {
@@ -124,23 +123,25 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 	}
 }
 
-// HandOver closes an idle database at once, and one in use when its last call ends; the next
+// With HandOverListings, a Put that changes an entry hands the directory over: the database closes at once, or, with
+// a call in flight, when that call ends; an unchanged Put keeps it open for the linger. The next
 // call opens it again and finds what was written.
-func TestHandOverClosesWithoutLinger(t *testing.T) {
+func TestChangedPutHandsOver(t *testing.T) {
 	ctx := testCtx(t)
-	s := newTestStore(t, WithLinger(time.Hour))
-	s.HandOver() // nothing open: nothing to do
+	s := newTestStore(t, WithLinger(time.Hour), HandOverListings())
+	s.handOver() // nothing open: nothing to do
 	if _, _, err := s.Put(ctx, "ns/a", testID, []string{"v1"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	s.HandOver()
 	waitIdle(t, s)
 
 	db, err := s.acquire(ctx, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.HandOver()
+	if _, changed, err := s.Put(ctx, "ns/a", testID, []string{"v1", "v2"}, time.Now()); err != nil || !changed {
+		t.Fatalf("Put: changed %v, %v", changed, err)
+	}
 	testenv.Consistently(t, 20*time.Millisecond, time.Millisecond, func() error {
 		if db.IsClosed() {
 			return errors.New("database closed under a call in flight")
@@ -149,38 +150,18 @@ func TestHandOverClosesWithoutLinger(t *testing.T) {
 	})
 	s.release()
 	waitIdle(t, s)
-	if e, err := s.Get(ctx, "ns/a", testID); err != nil || fmt.Sprint(e.Tags) != "[v1]" {
+	if e, err := s.Get(ctx, "ns/a", testID); err != nil || fmt.Sprint(e.Tags) != "[v1 v2]" {
 		t.Errorf("after the hand-overs: %v, %v", e.Tags, err)
+	}
+	if _, changed, err := s.Put(ctx, "ns/a", testID, []string{"v2", "v1"}, time.Now()); err != nil || changed {
+		t.Fatalf("unchanged Put: changed %v, %v", changed, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.state != stateOpen {
+		t.Errorf("an unchanged Put closed the database (state %v)", s.state)
+	}
 	if s.opens != 3 {
 		t.Errorf("opens = %d, want 3", s.opens)
-	}
-}
-
-// Warm opens an idle directory in the background; a call arriving afterwards finds it open and
-// does not open it again.
-func TestWarmOpensInTheBackground(t *testing.T) {
-	s := New(t.TempDir())
-	defer s.Close()
-	s.Warm()
-	testenv.Eventually(t, 10*time.Second, func() error {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.state != stateOpen {
-			return errors.New("Warm did not open the directory")
-		}
-		return nil
-	})
-	if _, _, err := s.Put(context.Background(), "ns/a", testID, []string{"v1"}, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	s.Warm() // open already: nothing to do
-	s.mu.Lock()
-	opens := s.opens
-	s.mu.Unlock()
-	if opens != 1 {
-		t.Errorf("%d opens for Warm and the call that followed it, want 1", opens)
 	}
 }

@@ -14,6 +14,7 @@ type Option func(*options)
 
 type options struct {
 	readOnly bool
+	handOver bool
 	linger   time.Duration
 	logger   *slog.Logger
 }
@@ -30,6 +31,17 @@ func makeOptions(opts []Option) options {
 // several reading processes can hold it at once, and rejects writes.
 func ReadOnly() Option {
 	return func(o *options) { o.readOnly = true }
+}
+
+// HandOverListings makes a Put that changed an entry give the directory up
+// as soon as the calls in flight end, without the linger: for a writer whose
+// new listings a reader in another process reads next, which then finds the
+// directory free instead of ringing the gate and waiting for the close. The
+// scan function's store is such a writer: the announcement of a listing
+// carries no delta, so the policy function reads the store. Pushes keep the
+// linger, for the next push's scan.
+func HandOverListings() Option {
+	return func(o *options) { o.handOver = true }
 }
 
 // WithLinger sets how long the directory stays open after the last call

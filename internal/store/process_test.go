@@ -132,7 +132,7 @@ func TestKilledWriterRecovers(t *testing.T) {
 	// A writer works on the recovered directory.
 	s := New(dir)
 	defer s.Close()
-	if _, _, err := s.AddTags(ctx, "ns/big", testID, []string{"after-recovery"}); err != nil {
+	if _, err := s.Push(ctx, "ns/big", testID, []string{"after-recovery"}, ""); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -50,10 +50,13 @@ func (s *Store) Missing(ctx context.Context, key string, id Identity, tags []str
 }
 
 // Push adds tags to the entry of key, listed for id, as a push event does: the tags it lacks go
-// into a delta record (see AddTo), and what the caller needs about the entry after it comes
-// from its header. Neither reading nor writing grows with the entry's list, except once for an
-// entry whose header predates the index that makes this possible (meta.Indexed): its base is
-// rebuilt. Errors are those of Add.
+// into a delta record next to the entry's base list, with the header that records the new
+// revision (RevisionAfter), and what the caller needs about the entry after it comes from its
+// header. Neither reading nor writing grows with the entry's list, except once for an entry whose
+// header predates the index that makes this possible (meta.Indexed): its base is rebuilt. A key
+// without an entry is ErrNotFound, and one listed for another identity than id is
+// ErrOtherIdentity: a partial list must never stand in for a full listing, so the first write
+// for an identity is Put's.
 //
 // missingAt is the revision at which Missing returned tags, or empty: while the entry still has
 // it, the tags are known to be missing and are not looked up again.

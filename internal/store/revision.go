@@ -24,7 +24,7 @@ func RevisionOf(tags []string) string {
 // tags added are added to it, as a push's delta does: "sha256:" and the hex
 // SHA-256 of from, a newline and the compact JSON array of the added tags,
 // sorted, de-duplicated and in the grammar. added must hold only tags the
-// list of from lacks, as Addition.Tags does; without any, the revision stays
+// list of from lacks, as Pushed.Tags does; without any, the revision stays
 // from. A reader that holds the list of from and the added tags thus holds
 // the new revision too, without the whole list.
 //

@@ -35,7 +35,7 @@ func printJSON(v any) {
 }
 
 // writerRole runs n writes as writer id ("a" or "b"): "a" alternates a Put
-// of the next generation of ns/put with an AddTags of "a-<i>" to ns/add,
+// of the next generation of ns/put with a Push of "a-<i>" to ns/add,
 // "b" only adds "b-<i>". Every write must succeed.
 func writerRole(dir, arg string) int {
 	id, nStr, _ := strings.Cut(arg, ":")
@@ -50,7 +50,7 @@ func writerRole(dir, arg string) int {
 		if id == "a" && i%2 == 0 {
 			_, _, err = s.Put(ctx, "ns/put", testID, genTags(i/2+1, smallGen(i/2+1)), time.Now())
 		} else {
-			_, _, err = s.AddTags(ctx, "ns/add", testID, []string{fmt.Sprintf("%s-%d", id, i)})
+			_, err = s.Push(ctx, "ns/add", testID, []string{fmt.Sprintf("%s-%d", id, i)}, "")
 		}
 		cancel()
 		lat = append(lat, time.Since(start))

@@ -76,9 +76,9 @@ func TestFullVolume(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// ns/r0 holds deltas too: pushes since its listing, through AddTags and the scan's Push.
+	// ns/r0 holds deltas too: pushes since its listing, through Push.
 	for i := range 3 {
-		if _, _, err := w.AddTags(ctx, "ns/r0", testID, []string{fmt.Sprintf("pushed-%d", i)}); err != nil {
+		if _, err := w.Push(ctx, "ns/r0", testID, []string{fmt.Sprintf("pushed-%d", i)}, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,8 +87,8 @@ func TestFullVolume(t *testing.T) {
 	}
 
 	filler := fill(t, dir, 2<<20)
-	if _, _, err := w.AddTags(ctx, "ns/r0", testID, []string{"pushed-full"}); !errors.Is(err, ErrFull) {
-		t.Fatalf("AddTags on a full volume = %v, want ErrFull", err)
+	if _, err := w.Push(ctx, "ns/r0", testID, []string{"pushed-full"}, ""); !errors.Is(err, ErrFull) {
+		t.Fatalf("Push on a full volume = %v, want ErrFull", err)
 	}
 	if _, err := w.Push(ctx, "ns/r0", testID, []string{"pushed-full"}, ""); !errors.Is(err, ErrFull) {
 		t.Fatalf("Push on a full volume = %v, want ErrFull", err)
@@ -130,8 +130,8 @@ func TestFullVolume(t *testing.T) {
 	if e, err := r.Get(ctx, "ns/big", testID); err != nil || len(e.Tags) != len(big) {
 		t.Fatalf("Get once room returned: %d tags, %v", len(e.Tags), err)
 	}
-	if _, _, err := w.AddTags(ctx, "ns/r0", testID, []string{"pushed-full"}); err != nil {
-		t.Fatalf("AddTags once room returned = %v", err)
+	if _, err := w.Push(ctx, "ns/r0", testID, []string{"pushed-full"}, ""); err != nil {
+		t.Fatalf("Push once room returned = %v", err)
 	}
 	if e, err := r.Get(ctx, "ns/r0", testID); err != nil || len(e.Tags) != 1005 || !slices.Contains(e.Tags, "pushed-full") {
 		t.Fatalf("Get of the deltas once room returned: %d tags, %v", len(e.Tags), err)

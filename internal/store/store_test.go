@@ -153,8 +153,8 @@ func TestDeleteDeletes(t *testing.T) {
 		}
 	}
 	checkGone(s)
-	if _, _, err := s.AddTags(ctx, "a/two", testID, []string{"x"}); !errors.Is(err, ErrNotFound) {
-		t.Errorf("AddTags after Delete: %v, want ErrNotFound", err)
+	if _, err := s.Push(ctx, "a/two", testID, []string{"x"}, ""); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Push after Delete: %v, want ErrNotFound", err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -185,7 +185,9 @@ func TestDeleteDeletes(t *testing.T) {
 	}
 }
 
-func TestAddTags(t *testing.T) {
+// TestPushKeepsTheScanTime: pushed tags join the entry's list, once each, under the revision
+// that follows the listing's, and the entry keeps the listing's scan time.
+func TestPushKeepsTheScanTime(t *testing.T) {
 	ctx := testCtx(t)
 	s := newTestStore(t)
 	scan := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -193,25 +195,25 @@ func TestAddTags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, changed, err := s.AddTags(ctx, "ns/app", testID, []string{"v2", "v3", "v2"})
-	if err != nil || !changed {
-		t.Fatalf("AddTags: changed %v, %v", changed, err)
+	p, err := s.Push(ctx, "ns/app", testID, []string{"v2", "v3", "v2"}, "")
+	if err != nil || !slices.Equal(p.Tags, []string{"v2"}) {
+		t.Fatalf("Push = %+v, %v; want v2 added", p, err)
 	}
 	want := []string{"v1", "v2", "v3"}
 	rev := RevisionAfter(put.Revision, []string{"v2"})
-	if !slices.Equal(e.Tags, want) || e.Revision != rev || !e.ScanTime.Equal(scan) {
-		t.Fatalf("AddTags returned %+v", e)
+	if p.From != put.Revision || p.Revision != rev || p.Count != 3 || !slices.Equal(p.Latest, want) || !p.ScanTime.Equal(scan) {
+		t.Fatalf("Push returned %+v", p)
 	}
-	e, changed, err = s.AddTags(ctx, "ns/app", testID, []string{"v1"})
-	if err != nil || changed || e.Revision != rev {
-		t.Fatalf("AddTags of a known tag: %+v, changed %v, %v", e, changed, err)
+	p, err = s.Push(ctx, "ns/app", testID, []string{"v1"}, "")
+	if err != nil || len(p.Tags) != 0 || p.Revision != rev {
+		t.Fatalf("Push of a known tag: %+v, %v", p, err)
 	}
 	got, err := s.Get(ctx, "ns/app", testID)
 	if err != nil || !slices.Equal(got.Tags, want) {
 		t.Fatalf("Get = %+v, %v", got, err)
 	}
-	if _, _, err := s.AddTags(ctx, "ns/new", testID, []string{"v1"}); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("AddTags on a missing key: %v, want ErrNotFound", err)
+	if _, err := s.Push(ctx, "ns/new", testID, []string{"v1"}, ""); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Push on a missing key: %v, want ErrNotFound", err)
 	}
 }
 
@@ -234,8 +236,8 @@ func TestReadOnlyRejectsWrites(t *testing.T) {
 	if _, _, err := s.Put(ctx, "ns/a", testID, nil, time.Now()); !errors.Is(err, ErrReadOnly) {
 		t.Errorf("Put = %v, want ErrReadOnly", err)
 	}
-	if _, _, err := s.AddTags(ctx, "ns/a", testID, nil); !errors.Is(err, ErrReadOnly) {
-		t.Errorf("AddTags = %v, want ErrReadOnly", err)
+	if _, err := s.Push(ctx, "ns/a", testID, nil, ""); !errors.Is(err, ErrReadOnly) {
+		t.Errorf("Push = %v, want ErrReadOnly", err)
 	}
 	if _, err := s.Delete(ctx, "ns/a"); !errors.Is(err, ErrReadOnly) {
 		t.Errorf("Delete = %v, want ErrReadOnly", err)
@@ -271,63 +273,26 @@ func entriesEqual(a, b Entry) bool {
 	return slices.Equal(a.Tags, b.Tags) && a.Revision == b.Revision && a.ScanTime.Equal(b.ScanTime) && a.Identity == b.Identity
 }
 
-// TestAddReportsTheAddition: Add tells the revision it added to and only the tags that were new.
-func TestAddReportsTheAddition(t *testing.T) {
+// TestPushReportsTheAddition: Push tells the revision it added to and only the tags that were
+// new.
+func TestPushReportsTheAddition(t *testing.T) {
 	s := newTestStore(t)
 	ctx := context.Background()
 	put, _, err := s.Put(ctx, "ns/app", testID, []string{"v1", "v2"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.Add(ctx, "ns/app", testID, []string{"v2", "v3", "v0"})
+	a, err := push(ctx, s, "ns/app", testID, []string{"v2", "v3", "v0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.From != put.Revision || !slices.Equal(a.Tags, []string{"v3", "v0"}) ||
 		!slices.Equal(a.Entry.Tags, []string{"v0", "v1", "v2", "v3"}) || a.Entry.Revision == put.Revision {
-		t.Fatalf("Add = %+v; want v3 and v0 added to revision %s", a, put.Revision)
+		t.Fatalf("push = %+v; want v3 and v0 added to revision %s", a, put.Revision)
 	}
-	again, err := s.Add(ctx, "ns/app", testID, []string{"v3"})
+	again, err := push(ctx, s, "ns/app", testID, []string{"v3"})
 	if err != nil || len(again.Tags) != 0 || again.From != a.Entry.Revision || again.Entry.Revision != a.Entry.Revision {
-		t.Fatalf("Add of a stored tag = %+v, %v; want nothing added", again, err)
-	}
-}
-
-// TestAddTo: a base of the stored revision is added to as it is, without the stored list being
-// read again; a base of an older revision, or without one, is not trusted.
-func TestAddTo(t *testing.T) {
-	s := newTestStore(t)
-	ctx := context.Background()
-	put, _, err := s.Put(ctx, "ns/app", testID, []string{"v1", "v2"}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A base that claims the stored revision is believed: its list is the one added to, and
-	// only the tags it lacks are the delta. The store's list loses nothing.
-	claimed := put
-	claimed.Tags = []string{"v1"}
-	a, err := s.AddTo(ctx, "ns/app", claimed, []string{"v2", "v3"})
-	if err != nil || a.From != put.Revision || !slices.Equal(a.Entry.Tags, []string{"v1", "v2", "v3"}) ||
-		a.Entry.Revision != RevisionAfter(put.Revision, []string{"v2", "v3"}) {
-		t.Fatalf("AddTo of the stored revision = %+v, %v; want v2 and v3 added to the base's list", a, err)
-	}
-	// put is now an older revision: the stored list is read.
-	a, err = s.AddTo(ctx, "ns/app", put, []string{"v3", "v4"})
-	if err != nil || !slices.Equal(a.Entry.Tags, []string{"v1", "v2", "v3", "v4"}) || !slices.Equal(a.Tags, []string{"v4"}) {
-		t.Fatalf("AddTo of an older revision = %+v, %v; want v4 added to the stored list", a, err)
-	}
-	a, err = s.AddTo(ctx, "ns/app", Entry{Identity: testID}, []string{"v5"})
-	if err != nil || !slices.Equal(a.Entry.Tags, []string{"v1", "v2", "v3", "v4", "v5"}) {
-		t.Fatalf("AddTo without a revision = %+v, %v; want v5 added to the stored list", a, err)
-	}
-	got, err := s.Get(ctx, "ns/app", testID)
-	if err != nil || got.Revision != a.Entry.Revision || !slices.Equal(got.Tags, a.Entry.Tags) {
-		t.Fatalf("Get = %+v, %v; want what AddTo returned", got, err)
-	}
-	other := a.Entry
-	other.Identity.UID = "recreated-uid"
-	if _, err := s.AddTo(ctx, "ns/app", other, []string{"v6"}); !errors.Is(err, ErrOtherIdentity) {
-		t.Fatalf("AddTo for another identity: %v, want ErrOtherIdentity", err)
+		t.Fatalf("push of a stored tag = %+v, %v; want nothing added", again, err)
 	}
 }
 

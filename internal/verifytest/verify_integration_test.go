@@ -242,11 +242,11 @@ func readyMessage(p *v1.ImagePolicy) string {
 func (f *verifyFixture) addPushed(t *testing.T, name, tag, digest string) events.TagsChanged {
 	t.Helper()
 	id := f.IDs[reconcile.StoreKey(f.NS, name)]
-	a, err := f.Writer.Add(context.Background(), reconcile.StoreKey(f.NS, name), id, []string{tag})
+	a, err := f.Writer.Push(context.Background(), reconcile.StoreKey(f.NS, name), id, []string{tag}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := events.TagsChanged{Namespace: f.NS, Name: name, Revision: a.Entry.Revision, Delta: &events.TagsDelta{
+	c := events.TagsChanged{Namespace: f.NS, Name: name, Revision: a.Revision, Delta: &events.TagsDelta{
 		UID: id.UID, Image: id.Image, Listing: id.Listing, From: a.From,
 		Added: []events.AddedTag{{Tag: tag, Digest: digest}}}}
 	key, err := f.Writer.ProofKey(false)
