@@ -141,7 +141,8 @@ type Deps struct {
 	Log *slog.Logger
 	// Receiver holds further options of the receiver, such as its cluster secret and rate.
 	Receiver []receiver.Option
-	// Senders verifies the token of each CloudEvents request; nil accepts every request.
+	// Senders verifies the token of each CloudEvents request; nil accepts every request on the
+	// cluster-local surface and leaves the public surface without BrokerPath.
 	Senders *tokenreview.Verifier
 	// Repositories holds the ImageRepositories as a watch delivers them, so that a delivery
 	// is matched and its scan starts without a request to the apiserver; nil reads them at
