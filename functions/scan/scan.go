@@ -3,10 +3,12 @@
 // wiring; the work is internal/receiver's and internal/reconcile's.
 //
 // It has two surfaces: Webhooks, the public one that registries reach (/hook/... and /healthz,
-// nothing else), and CloudEvents, the cluster-local one that the broker delivers to (scan
-// requests, ApiServerSource events, registry CloudEvents), which checks the sender's token when
-// REFLECTOR_OIDC_AUDIENCE is set, as knative/ and make run set it: a request without a
-// ServiceAccount token for that audience is answered 401 and changes nothing. cmd/scan serves each on a listener of its own. The package
+// and /broker, where the Broker delivers the ApiServerSource's ImageRepository events, only
+// when REFLECTOR_OIDC_AUDIENCE is set), and CloudEvents, the cluster-local one that the broker
+// delivers to (scan requests, ApiServerSource events, registry CloudEvents). Both check the
+// sender's token when REFLECTOR_OIDC_AUDIENCE is set, as knative/ and make run set it: a
+// CloudEvent without a ServiceAccount token for that audience is answered 401 and changes
+// nothing. cmd/scan serves each on a listener of its own. The package
 // registers them with functions-framework-go as the functions "webhook" and "scan", which Open
 // builds from the environment on first use, as cmd/scan does when it starts. A host with
 // FUNCTION_TARGET set serves that one surface at "/", the way to deploy it. A host without
@@ -49,8 +51,10 @@
 //	                                for a single process serving both (make run); never expose it
 //	REFLECTOR_OIDC_AUDIENCE         require CloudEvents senders to present a ServiceAccount token
 //	                                for this audience (Knative Eventing's authentication-oidc;
-//	                                knative/ sets reflector-scan); unset, any caller is served:
-//	                                only for tests of the function alone
+//	                                knative/ sets reflector-scan, and reflector-webhook for the
+//	                                public surface's /broker); unset, the public surface serves
+//	                                no /broker and the cluster-local one any caller: only for
+//	                                tests of the function alone
 //	REFLECTOR_OIDC_NAMESPACES       and a ServiceAccount of one of these namespaces (comma-separated)
 //	REFLECTOR_FEATURE_GATES         feature gates as Flux's --feature-gates, e.g.
 //	                                ObjectLevelWorkloadIdentity=true: ImageRepositories with provider
@@ -135,7 +139,8 @@ type Deps struct {
 	Log *slog.Logger
 	// Receiver holds further options of the receiver, such as its cluster secret and rate.
 	Receiver []receiver.Option
-	// Senders verifies the token of each CloudEvents request; nil accepts every request.
+	// Senders verifies the token of each CloudEvents request; nil accepts every request on the
+	// cluster-local surface and leaves the public surface without BrokerPath.
 	Senders *tokenreview.Verifier
 	// Repositories holds the ImageRepositories as a watch delivers them, so that a delivery
 	// is matched and its scan starts without a request to the apiserver; what it does not hold
@@ -248,16 +253,28 @@ func NewHandler(d *Deps) *Handler {
 	return &Handler{deps: d, log: log, receiver: receiver.New(d.Kube, scanner, opts...)}
 }
 
+// BrokerPath is where the public surface takes the Broker's deliveries of the ApiServerSource's
+// ImageRepository events (the Triggers of knative/eventing.yaml name it as their subscriber's
+// uri), and only with Deps.Senders set.
+const BrokerPath = "/broker"
+
 // Webhooks returns the public surface, the one registries reach:
 //
 //	GET  /healthz   200
 //	POST /hook/...  registry webhooks (receiver.Receiver.ServeHTTP)
+//	POST /broker    with Deps.Senders set: the ApiServerSource's ImageRepository events from the
+//	                Broker (receiver.Receiver.RepositoryEvents); a request without a valid token
+//	                for the Verifier's audience gets 401 and its body is not read
 //
-// Every other path is 404.
+// Every other path is 404, and /broker too without Deps.Senders: the public surface takes no
+// CloudEvent from a sender it cannot prove.
 func (h *Handler) Webhooks() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", function.Healthz)
 	mux.Handle("/hook/", h.receiver)
+	if h.deps.Senders != nil {
+		mux.Handle(BrokerPath, h.deps.Senders.Require(h.receiver.RepositoryEvents()))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "not found", http.StatusNotFound)
 	})

@@ -32,6 +32,7 @@ import (
 	"github.com/imagereflector/reflector/internal/stack"
 	"github.com/imagereflector/reflector/internal/store"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/tokenreview"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -49,6 +50,13 @@ type function struct {
 
 func newFunction(t *testing.T) *function {
 	t.Helper()
+	return serveFunction(t, nil)
+}
+
+// serveFunction is newFunction with the Verifier that senders returns for the function's client
+// as Deps.Senders (nil: none).
+func serveFunction(t *testing.T, senders func(*kube.Client) *tokenreview.Verifier) *function {
+	t.Helper()
 	env := testenv.Kube(t)
 	c := env.Client(t)
 	ns := env.Namespace(t)
@@ -59,12 +67,16 @@ func newFunction(t *testing.T) *function {
 	if _, err := c.Secrets.Create(context.Background(), secret); err != nil {
 		t.Fatal(err)
 	}
-	h := scan.NewHandler(&scan.Deps{
+	d := &scan.Deps{
 		Kube:     c,
 		Registry: registry.New(registry.WithRateLimit(0, 0)),
 		Store:    store.New(t.TempDir()),
 		Log:      slog.New(slog.NewJSONHandler(io.Discard, nil)),
-	})
+	}
+	if senders != nil {
+		d.Senders = senders(c)
+	}
+	h := scan.NewHandler(d)
 	hooks := httptest.NewServer(h.Webhooks())
 	evs := httptest.NewServer(h.CloudEvents())
 	t.Cleanup(func() {

@@ -129,7 +129,9 @@ func TestNodeKnativeIntegration(t *testing.T) {
 				}
 			}
 		}
-		// A push from zero: the webhook, the scan and the policy function all start.
+		// A push from zero starts the webhook and the policy function, one pod each, and no
+		// reflector-scan pod: the update events of the webhook's own annotation and status write
+		// reach the webhook's /broker, whose pod is running (docs/topology.md).
 		if err := waitZero(ctx, c, 4*time.Minute); err != nil {
 			t.Fatal(err)
 		}
@@ -156,6 +158,9 @@ func TestNodeKnativeIntegration(t *testing.T) {
 		perService := ps.count()
 		for _, svc := range functions {
 			started[svc] = append(started[svc], perService[svc])
+			if perService[svc] != pushStarts[svc] {
+				t.Errorf("round %d: the push from zero started %d pods of %s, want %d", i, perService[svc], svc, pushStarts[svc])
+			}
 		}
 		var line []string
 		for _, svc := range functions {
@@ -183,6 +188,11 @@ func TestNodeKnativeIntegration(t *testing.T) {
 	lifecycle(ctx, t, c, p, rel.dist)
 	uninstall(ctx, t, c, rel, p)
 }
+
+// pushStarts is how many pods of each function a push from zero starts: the webhook's, which
+// answers the notification and scans, and the policy function's for TagsChanged. Nothing else
+// is needed, and nothing else may start.
+var pushStarts = map[string]int{"reflector-webhook": 1, "reflector-scan": 0, "reflector-policy": 1}
 
 // documentedPatch returns the JSON merge patch of the `kubectl patch configmap NAME -n
 // NAMESPACE` command of docs/install.md.

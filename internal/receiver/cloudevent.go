@@ -40,6 +40,25 @@ func (r *Receiver) CloudEvents() http.Handler {
 	})
 }
 
+// RepositoryEvents returns the handler of the ApiServerSource's ImageRepository events alone
+// (add, update and delete, which HandleCloudEvent handles as on the broker path); an event of any
+// other type is refused (400, events.ErrRejected) and changes nothing. The public surface serves
+// it behind a tokenreview.Verifier: the Broker delivers those events there, to the pod that is
+// already running whenever reflector itself writes an ImageRepository, and scan requests and
+// registry pushes stay on the cluster-local surface.
+func (r *Receiver) RepositoryEvents() http.Handler {
+	return events.Handler(func(ctx context.Context, e cloudevents.Event) error {
+		switch e.Type() {
+		case events.TypeAPIServerAdd, events.TypeAPIServerUpdate, events.TypeAPIServerDelete:
+			return r.HandleCloudEvent(ctx, e)
+		}
+		r.logger().LogAttrs(ctx, slog.LevelWarn, "cloudevent",
+			slog.String("type", events.Brief(e.Type())), slog.String("source", e.Source()), slog.String("id", e.ID()),
+			slog.String("result", "rejected: only ImageRepository events are served here"))
+		return fmt.Errorf("%w: type %s is not served on this path", events.ErrRejected, events.Brief(e.Type()))
+	})
+}
+
 type senderKey struct{}
 
 // senderOf returns the sender that CloudEvents found for the request of ctx, "" for an event

@@ -228,7 +228,7 @@ func TestAttacksIntegration(t *testing.T) {
 	wrongAudience := a.serviceAccountToken(t, brokerNamespace, "other", "some-other-service")
 	policyOnly := a.serviceAccountToken(t, brokerNamespace, "other", policyAudience)
 
-	t.Run("no CloudEvents on the public listener", func(t *testing.T) {
+	t.Run("no CloudEvents on the public listener but at /broker", func(t *testing.T) {
 		for _, path := range []string{"/", "/evaluate", "/x"} {
 			code, _ := send(t, a.ScanURL+path, strings.NewReader(scanRequest),
 				cloudEvent(events.TypeScanRequested, "public-1", map[string]string{"Authorization": "Bearer " + a.token}))
@@ -241,6 +241,69 @@ func TestAttacksIntegration(t *testing.T) {
 			t.Errorf("a CDEvent on the public listener: %d, want 404", code)
 		}
 		a.unchanged(t, before, "CloudEvents on the public listener")
+	})
+
+	t.Run("the public listener's /broker proves the sender", func(t *testing.T) {
+		// What the ApiServerSource sends: the whole ImageRepository, as it is now, with a
+		// reconcile request that would start a scan if it got through.
+		repo, err := a.Kube.Repositories.Get(ctx, "default", "app")
+		if err != nil {
+			t.Fatal(err)
+		}
+		repo.APIVersion, repo.Kind = v1.GroupVersion.String(), v1.ImageRepositoryKind
+		repo.Annotations = map[string]string{v1.ReconcileRequestAnnotation: "attack"}
+		update, err := json.Marshal(repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := a.ScanURL + stack.BrokerPath
+		for name, auth := range map[string]string{
+			"no token":              "",
+			"garbage":               "Bearer not.a.jwt",
+			"another namespace":     "Bearer " + intruder,
+			"another audience":      "Bearer " + wrongAudience,
+			"the other function's":  "Bearer " + policyOnly,
+			"the token in a header": a.token,
+		} {
+			h := map[string]string{}
+			if auth != "" {
+				h["Authorization"] = auth
+			}
+			if code, body := send(t, url, bytes.NewReader(update), cloudEvent(events.TypeAPIServerUpdate, "broker-"+name, h)); code != http.StatusUnauthorized {
+				t.Errorf("an ImageRepository update, %s: %d %s, want 401", name, code, body)
+			}
+			// Refused before the body is read: 200 MiB is answered 401, not 413.
+			if code, body := send(t, url, io.LimitReader(zeros{}, 200<<20), cloudEvent(events.TypeAPIServerUpdate, "broker-huge-"+name, h)); code != http.StatusUnauthorized {
+				t.Errorf("a 200 MiB update, %s: %d %s, want 401", name, code, body)
+			}
+		}
+		a.unchanged(t, before, "unauthenticated events on /broker")
+		// With the broker's token, only the ApiServerSource's ImageRepository events: scan
+		// requests and registry pushes stay on the cluster-local listener.
+		auth := map[string]string{"Authorization": "Bearer " + a.token}
+		if code, body := send(t, url, strings.NewReader(scanRequest), cloudEvent(events.TypeScanRequested, "broker-scan", auth)); code != http.StatusBadRequest {
+			t.Errorf("a scan request on /broker with the broker's token: %d %s, want 400", code, body)
+		}
+		cdevent := `{"context":{"id":"x"},"subject":{"id":"pkg:oci/app?repository_url=` + image + `&tag=9.9.9"}}`
+		if code, body := send(t, url, strings.NewReader(cdevent), cloudEvent("dev.cdevents.artifact.published.0.2.0", "broker-cd", auth)); code != http.StatusBadRequest {
+			t.Errorf("a CDEvent on /broker with the broker's token: %d %s, want 400", code, body)
+		}
+		if code, _ := send(t, url, io.LimitReader(zeros{}, 200<<20), cloudEvent(events.TypeAPIServerUpdate, "broker-huge", auth)); code != http.StatusRequestEntityTooLarge {
+			t.Errorf("a 200 MiB update with the broker's token: %d, want 413", code)
+		}
+		for _, method := range []string{http.MethodGet, http.MethodPut} {
+			req, _ := http.NewRequest(method, url, nil)
+			req.Header.Set("Authorization", "Bearer "+a.token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusMethodNotAllowed {
+				t.Errorf("%s /broker with the broker's token: %d, want 405", method, resp.StatusCode)
+			}
+		}
+		a.unchanged(t, before, "events on /broker the public listener does not serve")
 	})
 
 	t.Run("cluster-local listeners prove the sender", func(t *testing.T) {
@@ -347,6 +410,8 @@ func TestAttacksIntegration(t *testing.T) {
 		a.unchanged(t, before, "the flood of forged deliveries")
 	})
 
+	// The adapter sends ImageRepository events to the public listener's /broker, as knative/'s
+	// Triggers deliver them: `flux reconcile`'s annotation reaches a scan at once.
 	t.Run("Knative's adapter proves itself with its ServiceAccount's token", func(t *testing.T) {
 		token := time.Now().Format(time.RFC3339Nano)
 		if _, err := a.Kube.Repositories.RequestReconcile(ctx, "default", "app", token); err != nil {

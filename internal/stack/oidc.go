@@ -16,7 +16,9 @@ import (
 // The stack proves every sender as knative/ does with Knative Eventing's authentication-oidc:
 // each function accepts only a ServiceAccount token of OIDCNamespace for its own audience, and
 // each process that sends to one presents such a token, issued by the apiserver's
-// TokenRequest.
+// TokenRequest. knative/ runs the scan function's two surfaces as two Services, reflector-webhook
+// and reflector-scan, each with its own audience; the stack's one scan process serves both and
+// requires ScanAudience on both, its public surface's /broker included.
 const (
 	// OIDCNamespace is where the senders' ServiceAccounts live, as reflector-system in
 	// knative/.

@@ -109,9 +109,9 @@ const (
 	Cron     = "cron"
 	// SourceScan and SourcePolicy are Knative's ApiServerSource receive adapter, one per
 	// function: where knative/ has one ApiServerSource and a Broker whose Triggers route
-	// ImageRepository events to the scan function and ImagePolicy events to the policy
-	// function, the stack has no Broker, so each adapter watches one kind and sends to the
-	// function that kind's Triggers name.
+	// ImageRepository events to the public surface's /broker and ImagePolicy events to the
+	// policy function, the stack has no Broker, so each adapter watches one kind and sends to
+	// where that kind's Triggers deliver.
 	SourceScan   = "source-scan"
 	SourcePolicy = "source-policy"
 )
@@ -441,12 +441,16 @@ func (s *Stack) command(c string) (*exec.Cmd, ready, error) {
 		cmd.Env = env
 		return cmd, nil, nil
 	case SourceScan:
-		return s.adapter(env, c, s.ScanEventsURL, "imagerepositories", s.opts.Ports.SourceScanProfiling), logs(s.Log(c), adapterReady), nil
+		return s.adapter(env, c, s.ScanURL+BrokerPath, "imagerepositories", s.opts.Ports.SourceScanProfiling), logs(s.Log(c), adapterReady), nil
 	case SourcePolicy:
 		return s.adapter(env, c, s.PolicyURL, "imagepolicies", s.opts.Ports.SourcePolicyProfiling), logs(s.Log(c), adapterReady), nil
 	}
 	return nil, nil, fmt.Errorf("unknown component %q", c)
 }
+
+// BrokerPath is the path of the scan function's public surface where knative/'s Triggers deliver
+// the ApiServerSource's ImageRepository events (functions/scan.BrokerPath).
+const BrokerPath = "/broker"
 
 // FunctionMemoryLimit is the functions' soft memory limit (GOMEMLIMIT), as knative/ sets it.
 const FunctionMemoryLimit = "32MiB"
