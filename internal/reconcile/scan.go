@@ -128,7 +128,7 @@ type followUp struct {
 	// time at which a collected request's own reconcile-request patch was sent. See joinable.
 	read, recorded time.Time
 	// recs are the patches of collected requests that were still on their way when they were
-	// collected (ScanBeside): the follow-up scan reads the object only once they returned, so
+	// collected (ScanRequest.Beside): the follow-up scan reads the object only once they returned, so
 	// that it sees the requests it is to mark handled.
 	recs []*Recording
 }
@@ -165,26 +165,34 @@ func (s *Scanner) scans() *coalesce.Queue[string, followUp] {
 	return s.queue
 }
 
-// Scan scans namespace/name. With a hint it may add the pushed tags incrementally; without one
-// it lists every tag. When a scan of the same repository is running, the request is merged into
-// one follow-up scan and Scan returns at once. A follow-up that lists pushed tags waits until
-// requests stop arriving (see burstQuiet), so that a burst of pushes costs one listing.
-func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) (ScanOutcome, error) {
-	return s.run(ctx, scanRequest{namespace: namespace, name: name, hint: hint})
+// ScanRequest is a request to scan an ImageRepository.
+type ScanRequest struct {
+	Namespace, Name string
+	// Object, when not nil, is the object as the caller has just read or written it, which the
+	// scan starts from instead of reading it again; a follow-up scan reads the object afresh.
+	Object *v1.ImageRepository
+	// Hint names the pushed tags that the scan may confirm and add; without one it lists every
+	// tag.
+	Hint *Hint
+	// Beside, when not nil, is the request's reconcile-request patch, still on its way: the scan
+	// reads the object, confirms and stores the pushed tags and announces them at once, and
+	// writes the status only after the patch has returned (see Recording).
+	Beside *Recording
 }
 
-// ScanObject is Scan of repo, as the caller has just read or written it: the scan uses it instead
-// of reading the object again. A follow-up scan reads the object afresh.
-func (s *Scanner) ScanObject(ctx context.Context, repo *v1.ImageRepository, hint *Hint) (ScanOutcome, error) {
-	return s.run(ctx, scanRequest{namespace: repo.Namespace, name: repo.Name, read: repo, hint: hint})
-}
-
-// ScanBeside scans namespace/name while rec's reconcile-request patch is on its way: it reads
-// the object, confirms and stores the pushed tags and announces them at once, and writes the
-// status only after the patch has returned (see Recording). A request that joins a scan already
-// running returns at once, as with Scan.
-func (s *Scanner) ScanBeside(ctx context.Context, namespace, name string, hint *Hint, rec *Recording) (ScanOutcome, error) {
-	return s.run(ctx, scanRequest{namespace: namespace, name: name, hint: hint, sent: rec.sent, rec: rec})
+// Scan scans the repository req names. When a scan of the same repository is running, the
+// request is merged into one follow-up scan and Scan returns at once. A follow-up that lists
+// pushed tags waits until requests stop arriving (see burstQuiet), so that a burst of pushes
+// costs one listing.
+func (s *Scanner) Scan(ctx context.Context, req ScanRequest) (ScanOutcome, error) {
+	r := scanRequest{namespace: req.Namespace, name: req.Name, read: req.Object, hint: req.Hint, rec: req.Beside}
+	if r.read != nil {
+		r.namespace, r.name = r.read.Namespace, r.read.Name
+	}
+	if r.rec != nil {
+		r.sent = r.rec.sent
+	}
+	return s.run(ctx, r)
 }
 
 // Join merges a request for namespace/name into the follow-up scan already collected for it,
@@ -192,7 +200,7 @@ func (s *Scanner) ScanBeside(ctx context.Context, namespace, name string, hint *
 // (see followUp.joinable), and reports whether it did. A joined request needs no record of its
 // own: the follow-up scan starts after the join, and when the process stops before it does, the
 // request that the object still carries unhandled makes the cron reconciler scan. When Join
-// reports false, the caller records the request and scans beside its patch (ScanBeside).
+// reports false, the caller records the request and scans beside its patch (ScanRequest.Beside).
 func (s *Scanner) Join(ctx context.Context, namespace, name string, hint *Hint) bool {
 	if !s.scans().Join(StoreKey(namespace, name), followUp{hint: hint, trace: ctx}, followUp.joinable) {
 		return false
