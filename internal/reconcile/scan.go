@@ -106,8 +106,10 @@ type Scanner struct {
 	Sink Dispatcher
 	// Recorder receives Kubernetes Events; nil records none.
 	Recorder *kube.Recorder
-	// Now returns the current time; nil means time.Now.
-	Now func() time.Time
+	// Clock is the one clock of the scans: the scan times their statuses record, their
+	// durations, the moment a scan has its object (followUp.joinable) and the queue's waits; nil
+	// means the real clock.
+	Clock utilclock.WithTicker
 	// Log receives one line per scan; nil means slog.Default().
 	Log *slog.Logger
 	// Repositories holds the watched copies that a scan beside its request's patch starts from
@@ -156,11 +158,19 @@ func (f followUp) joinable() bool {
 	return !f.read.IsZero() && f.recorded.After(f.read)
 }
 
+// clock returns the Scanner's clock (Clock, else the real one).
+func (s *Scanner) clock() utilclock.WithTicker {
+	if s.Clock != nil {
+		return s.Clock
+	}
+	return utilclock.RealClock{}
+}
+
 // scans returns the queue that runs one scan per repository at a time and coalesces the
 // requests that arrive meanwhile.
 func (s *Scanner) scans() *coalesce.Queue[string, followUp] {
 	s.queueOnce.Do(func() {
-		s.queue = coalesce.New[string](utilclock.RealClock{}, mergeFollowUp)
+		s.queue = coalesce.New[string](s.clock(), mergeFollowUp)
 	})
 	return s.queue
 }
@@ -212,7 +222,8 @@ func (s *Scanner) Join(ctx context.Context, namespace, name string, hint *Hint) 
 // haveObject records that the running scan of key has its object, at a time no earlier than
 // when it was read.
 func (s *Scanner) haveObject(key string) {
-	s.scans().With(key, func(f *followUp, _ bool) { f.read = time.Now() })
+	now := s.clock().Now()
+	s.scans().With(key, func(f *followUp, _ bool) { f.read = now })
 }
 
 // recordedAt records that the patch rec of a request collected for key, sent at sent, has
@@ -359,7 +370,7 @@ func mergeHints(waiting bool, a, b *Hint) *Hint {
 // scan runs one scan of req, the request of the running job of key in s.scans().
 func (s *Scanner) scan(ctx context.Context, req scanRequest, key string) (out ScanOutcome, err error) {
 	namespace, name, read, hint, rec := req.namespace, req.name, req.read, req.hint, req.rec
-	now := clock(s.Now)
+	now := s.clock().Now
 	start := now()
 	var repo *v1.ImageRepository
 	// The steps are the times since the start at which the scan had its object, its registry
@@ -462,7 +473,7 @@ func (s *Scanner) decideTags(ctx context.Context, repo *v1.ImageRepository, hint
 			}
 			in.known.recheck = &confirmed
 		case scanPut:
-			e, written, err := s.Store.Put(ctx, key, d.id, d.tags, clock(s.Now)())
+			e, written, err := s.Store.Put(ctx, key, d.id, d.tags, s.clock().Now())
 			in.known.put = &putAnswer{entry: e, written: written, err: err}
 		}
 	}
