@@ -68,7 +68,7 @@ func BenchmarkPushToStatus(b *testing.B) {
 	ns := f.namespace(b, token)
 	f.reg.Push(b, "bench/push", "0.0.0")
 	f.createRepo(b, ns, "app", f.reg.Image("bench/push"))
-	if _, err := f.scanner.Scan(b.Context(), ns, "app", nil); err != nil {
+	if _, err := f.scanner.Scan(b.Context(), reconcile.ScanRequest{Namespace: ns, Name: "app"}); err != nil {
 		b.Fatal(err)
 	}
 	path := "/hook/distribution/" + ns
@@ -113,7 +113,7 @@ func BenchmarkFullListing(b *testing.B) {
 	before := len(f.reg.Requests())
 	b.ResetTimer()
 	for b.Loop() {
-		out, err := f.scanner.Scan(b.Context(), ns, "app", (*reconcile.Hint)(nil))
+		out, err := f.scanner.Scan(b.Context(), reconcile.ScanRequest{Namespace: ns, Name: "app"})
 		if err != nil || out.TagCount != 1000 {
 			b.Fatalf("%+v %v", out, err)
 		}

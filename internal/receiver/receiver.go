@@ -27,11 +27,9 @@ import (
 
 // Scanner scans one ImageRepository; *reconcile.Scanner is the one the scan function uses.
 type Scanner interface {
-	Scan(ctx context.Context, namespace, name string, hint *reconcile.Hint) (reconcile.ScanOutcome, error)
-	ScanObject(ctx context.Context, repo *v1.ImageRepository, hint *reconcile.Hint) (reconcile.ScanOutcome, error)
-	// ScanBeside scans namespace/name while the caller's reconcile-request patch is on its
-	// way; the caller reports the patch's result to rec.
-	ScanBeside(ctx context.Context, namespace, name string, hint *reconcile.Hint, rec *reconcile.Recording) (reconcile.ScanOutcome, error)
+	// Scan scans the repository the request names; with req.Beside, while the caller's
+	// reconcile-request patch is on its way, whose result the caller reports to req.Beside.
+	Scan(ctx context.Context, req reconcile.ScanRequest) (reconcile.ScanOutcome, error)
 	// Join adds a request to a follow-up scan already collected for the repository when one of
 	// its requests was recorded after the running scan read the object, and reports whether it
 	// did; the caller then records nothing and scans nothing.
@@ -158,7 +156,7 @@ func (r *Receiver) scanBeside(req context.Context, t target, rec *reconcile.Reco
 		defer r.inFlight.Done()
 		ctx, cancel := context.WithTimeout(trace.Copy(r.base, req), t.timeout+reconcile.RecordReserve)
 		defer cancel()
-		if _, err := r.scanner.ScanBeside(ctx, t.namespace, t.name, t.hint(), rec); err != nil {
+		if _, err := r.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: t.namespace, Name: t.name, Hint: t.hint(), Beside: rec}); err != nil {
 			r.cfg.log.WarnContext(ctx, "background scan failed; the cron reconciler retries it",
 				"namespace", t.namespace, "name", t.name, "error", redact.String(err.Error()))
 		}
@@ -168,10 +166,7 @@ func (r *Receiver) scanBeside(req context.Context, t target, rec *reconcile.Reco
 
 // scan scans namespace/name, from read when it is the object as just read.
 func (r *Receiver) scan(ctx context.Context, namespace, name string, read *v1.ImageRepository, hint *reconcile.Hint) (reconcile.ScanOutcome, error) {
-	if read != nil {
-		return r.scanner.ScanObject(ctx, read, hint)
-	}
-	return r.scanner.Scan(ctx, namespace, name, hint)
+	return r.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: namespace, Name: name, Object: read, Hint: hint})
 }
 
 // logger returns the configured logger.

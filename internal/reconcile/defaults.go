@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// clock is the clock that a Now field of Scanner, Evaluator or Pass names: time.Now when it is
+// clock is the clock that a Now field of Evaluator or Pass names: time.Now when it is
 // nil.
 func clock(now func() time.Time) func() time.Time {
 	if now != nil {

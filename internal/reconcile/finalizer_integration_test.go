@@ -143,7 +143,7 @@ func TestFinalizerIntegrationFluxObjects(t *testing.T) {
 
 	// Reconciled as reflector's own: the status keeps Flux's shape, the finalizer stays.
 	for _, name := range []string{"solo", "shared"} {
-		if out, err := f.scanner.Scan(ctx, f.NS, name, nil); err != nil || out.Failure != "" || out.TagCount != 2 || !out.Changed {
+		if out, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.NS, Name: name}); err != nil || out.Failure != "" || out.TagCount != 2 || !out.Changed {
 			t.Fatalf("scan of %s: %+v, %v", name, out, err)
 		}
 		r, err := f.Kube.Repositories.Get(ctx, f.NS, name)
@@ -202,7 +202,7 @@ func TestFinalizerIntegrationFluxObjects(t *testing.T) {
 	}
 
 	scans := &inProcess{ns: f.NS, do: func(ctx context.Context, ns, name string) error {
-		_, err := f.scanner.Scan(ctx, ns, name, nil)
+		_, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: ns, Name: name})
 		return err
 	}}
 	evaluations := &inProcess{ns: f.NS, do: func(ctx context.Context, ns, name string) error {

@@ -18,6 +18,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/fluxevent"
 	"github.com/imagereflector/reflector/internal/kube"
+	"github.com/imagereflector/reflector/internal/reconcile"
 	"github.com/imagereflector/reflector/internal/reconcile/evaltest"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
@@ -142,7 +143,7 @@ func TestFluxEventsIntegrationScan(t *testing.T) {
 		r.Annotations = map[string]string{"event.toolkit.fluxcd.io/team": "platform", "other.example.com/x": "y"}
 	})
 
-	if _, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil {
+	if _, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"}); err != nil {
 		t.Fatal(err)
 	}
 	got := nc.wait(t, v1.ImageRepositoryKind, f.ns, "app", 1)
@@ -152,19 +153,19 @@ func TestFluxEventsIntegrationScan(t *testing.T) {
 	}
 
 	// A scan that finds the same tags is no news: Flux records it as a trace, which it does not post.
-	if _, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil {
+	if _, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"}); err != nil {
 		t.Fatal(err)
 	}
 	// A failure is posted with severity error, every time.
 	f.reg.Inject(testenv.RegistryUnauthorized().On("/tags/list"))
-	if out, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil || out.Failure != v1.AuthenticationFailedReason {
+	if out, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"}); err != nil || out.Failure != v1.AuthenticationFailedReason {
 		t.Fatalf("failing scan: %+v, %v", out, err)
 	}
 	got = nc.wait(t, v1.ImageRepositoryKind, f.ns, "app", 2)
 	checkFluxEvent(t, got[1], fluxEvent{v1.ImageRepositoryKind, f.ns, "app", eventv1.EventSeverityError, v1.AuthenticationFailedReason, "UNAUTHORIZED", team})
 
 	// Recovering is news even with the same tags, as Flux posts a Ready that follows a failure.
-	if _, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil {
+	if _, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"}); err != nil {
 		t.Fatal(err)
 	}
 	got = nc.wait(t, v1.ImageRepositoryKind, f.ns, "app", 3)
@@ -172,7 +173,7 @@ func TestFluxEventsIntegrationScan(t *testing.T) {
 
 	// New tags are news.
 	f.reg.Push(t, "app", "1.2.0")
-	if _, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil {
+	if _, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"}); err != nil {
 		t.Fatal(err)
 	}
 	got = nc.wait(t, v1.ImageRepositoryKind, f.ns, "app", 4)
@@ -180,7 +181,7 @@ func TestFluxEventsIntegrationScan(t *testing.T) {
 
 	// A spec that cannot be scanned is a Stalled failure, posted as an error too.
 	f.createRepo(t, "tagged", func(r *v1.ImageRepository) { r.Spec.Image += ":v1" })
-	if _, err := f.scanner.Scan(ctx, f.ns, "tagged", nil); err != nil {
+	if _, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "tagged"}); err != nil {
 		t.Fatal(err)
 	}
 	got = nc.wait(t, v1.ImageRepositoryKind, f.ns, "tagged", 1)
@@ -249,7 +250,7 @@ func TestFluxEventsIntegrationDownReceiverBlocksNoScan(t *testing.T) {
 	f.createRepo(t, "app")
 	for i := range 5 {
 		f.reg.Push(t, "app", "1.0."+string(rune('1'+i)))
-		out, err := f.scanner.Scan(ctx, f.ns, "app", nil)
+		out, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"})
 		if err != nil || !out.Changed {
 			t.Fatalf("scan %d with the receiver hanging: %+v, %v", i, out, err)
 		}

@@ -11,7 +11,7 @@ import (
 )
 
 func TestListingIsChosenWhenItCostsFewerRequests(t *testing.T) {
-	s := &Scanner{Registry: registry.New()}
+	cost := registry.New().ListingRequests
 	tags := func(n int) *Hint {
 		h := &Hint{}
 		for i := range n {
@@ -37,7 +37,7 @@ func TestListingIsChosenWhenItCostsFewerRequests(t *testing.T) {
 		{&Hint{Tags: []string{"a"}, More: 300}, 100_000, true},
 		{tags(100), 100_000, false},
 	} {
-		if got := s.lists(c.hint, c.stored); got != c.want {
+		if got := lists(cost, c.hint, c.stored); got != c.want {
 			t.Errorf("%v pushed tags into %d: lists %v, want %v", c.hint, c.stored, got, c.want)
 		}
 	}

@@ -54,7 +54,7 @@ func (f *identityFixture) editRepo(t *testing.T, change func(*v1.ImageRepository
 
 func (f *identityFixture) scan(t *testing.T, hint *reconcile.Hint) reconcile.ScanOutcome {
 	t.Helper()
-	out, err := f.scanner.Scan(context.Background(), f.NS, "app", hint)
+	out, err := f.scanner.Scan(context.Background(), reconcile.ScanRequest{Namespace: f.NS, Name: "app", Hint: hint})
 	if err != nil {
 		t.Fatalf("Scan: %v", err)
 	}

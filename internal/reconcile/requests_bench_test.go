@@ -54,7 +54,7 @@ func benchRequestsPerPush(b *testing.B, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if out, err := scanner.Scan(ctx, ns, "app", nil); err != nil || out.TagCount != n {
+	if out, err := scanner.Scan(ctx, reconcile.ScanRequest{Namespace: ns, Name: "app"}); err != nil || out.TagCount != n {
 		b.Fatalf("first scan: %+v, %v", out, err)
 	}
 	ref, err := name.NewRepository(reg.Image("app"), name.Insecure)
@@ -72,7 +72,7 @@ func benchRequestsPerPush(b *testing.B, n int) {
 		reg.Push(b, "app", tag)
 		before := reg.RequestCount()
 		b.StartTimer()
-		out, err := scanner.Scan(ctx, ns, "app", &reconcile.Hint{Tags: []string{tag}})
+		out, err := scanner.Scan(ctx, reconcile.ScanRequest{Namespace: ns, Name: "app", Hint: &reconcile.Hint{Tags: []string{tag}}})
 		b.StopTimer()
 		if err != nil || !out.Incremental || out.TagCount != want {
 			b.Fatalf("push %d: %+v, %v", i, out, err)

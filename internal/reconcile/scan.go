@@ -11,7 +11,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilclock "k8s.io/utils/clock"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
@@ -107,8 +106,10 @@ type Scanner struct {
 	Sink Dispatcher
 	// Recorder receives Kubernetes Events; nil records none.
 	Recorder *kube.Recorder
-	// Now returns the current time; nil means time.Now.
-	Now func() time.Time
+	// Clock is the one clock of the scans: the scan times their statuses record, their
+	// durations, the moment a scan has its object (followUp.joinable) and the queue's waits; nil
+	// means the real clock.
+	Clock utilclock.WithTicker
 	// Log receives one line per scan; nil means slog.Default().
 	Log *slog.Logger
 	// Repositories holds the watched copies that a scan beside its request's patch starts from
@@ -129,7 +130,7 @@ type followUp struct {
 	// time at which a collected request's own reconcile-request patch was sent. See joinable.
 	read, recorded time.Time
 	// recs are the patches of collected requests that were still on their way when they were
-	// collected (ScanBeside): the follow-up scan reads the object only once they returned, so
+	// collected (ScanRequest.Beside): the follow-up scan reads the object only once they returned, so
 	// that it sees the requests it is to mark handled.
 	recs []*Recording
 }
@@ -157,35 +158,51 @@ func (f followUp) joinable() bool {
 	return !f.read.IsZero() && f.recorded.After(f.read)
 }
 
+// clock returns the Scanner's clock (Clock, else the real one).
+func (s *Scanner) clock() utilclock.WithTicker {
+	if s.Clock != nil {
+		return s.Clock
+	}
+	return utilclock.RealClock{}
+}
+
 // scans returns the queue that runs one scan per repository at a time and coalesces the
 // requests that arrive meanwhile.
 func (s *Scanner) scans() *coalesce.Queue[string, followUp] {
 	s.queueOnce.Do(func() {
-		s.queue = coalesce.New[string](utilclock.RealClock{}, mergeFollowUp)
+		s.queue = coalesce.New[string](s.clock(), mergeFollowUp)
 	})
 	return s.queue
 }
 
-// Scan scans namespace/name. With a hint it may add the pushed tags incrementally; without one
-// it lists every tag. When a scan of the same repository is running, the request is merged into
-// one follow-up scan and Scan returns at once. A follow-up that lists pushed tags waits until
-// requests stop arriving (see burstQuiet), so that a burst of pushes costs one listing.
-func (s *Scanner) Scan(ctx context.Context, namespace, name string, hint *Hint) (ScanOutcome, error) {
-	return s.run(ctx, scanRequest{namespace: namespace, name: name, hint: hint})
+// ScanRequest is a request to scan an ImageRepository.
+type ScanRequest struct {
+	Namespace, Name string
+	// Object, when not nil, is the object as the caller has just read or written it, which the
+	// scan starts from instead of reading it again; a follow-up scan reads the object afresh.
+	Object *v1.ImageRepository
+	// Hint names the pushed tags that the scan may confirm and add; without one it lists every
+	// tag.
+	Hint *Hint
+	// Beside, when not nil, is the request's reconcile-request patch, still on its way: the scan
+	// reads the object, confirms and stores the pushed tags and announces them at once, and
+	// writes the status only after the patch has returned (see Recording).
+	Beside *Recording
 }
 
-// ScanObject is Scan of repo, as the caller has just read or written it: the scan uses it instead
-// of reading the object again. A follow-up scan reads the object afresh.
-func (s *Scanner) ScanObject(ctx context.Context, repo *v1.ImageRepository, hint *Hint) (ScanOutcome, error) {
-	return s.run(ctx, scanRequest{namespace: repo.Namespace, name: repo.Name, read: repo, hint: hint})
-}
-
-// ScanBeside scans namespace/name while rec's reconcile-request patch is on its way: it reads
-// the object, confirms and stores the pushed tags and announces them at once, and writes the
-// status only after the patch has returned (see Recording). A request that joins a scan already
-// running returns at once, as with Scan.
-func (s *Scanner) ScanBeside(ctx context.Context, namespace, name string, hint *Hint, rec *Recording) (ScanOutcome, error) {
-	return s.run(ctx, scanRequest{namespace: namespace, name: name, hint: hint, sent: rec.sent, rec: rec})
+// Scan scans the repository req names. When a scan of the same repository is running, the
+// request is merged into one follow-up scan and Scan returns at once. A follow-up that lists
+// pushed tags waits until requests stop arriving (see burstQuiet), so that a burst of pushes
+// costs one listing.
+func (s *Scanner) Scan(ctx context.Context, req ScanRequest) (ScanOutcome, error) {
+	r := scanRequest{namespace: req.Namespace, name: req.Name, read: req.Object, hint: req.Hint, rec: req.Beside}
+	if r.read != nil {
+		r.namespace, r.name = r.read.Namespace, r.read.Name
+	}
+	if r.rec != nil {
+		r.sent = r.rec.sent
+	}
+	return s.run(ctx, r)
 }
 
 // Join merges a request for namespace/name into the follow-up scan already collected for it,
@@ -193,7 +210,7 @@ func (s *Scanner) ScanBeside(ctx context.Context, namespace, name string, hint *
 // (see followUp.joinable), and reports whether it did. A joined request needs no record of its
 // own: the follow-up scan starts after the join, and when the process stops before it does, the
 // request that the object still carries unhandled makes the cron reconciler scan. When Join
-// reports false, the caller records the request and scans beside its patch (ScanBeside).
+// reports false, the caller records the request and scans beside its patch (ScanRequest.Beside).
 func (s *Scanner) Join(ctx context.Context, namespace, name string, hint *Hint) bool {
 	if !s.scans().Join(StoreKey(namespace, name), followUp{hint: hint, trace: ctx}, followUp.joinable) {
 		return false
@@ -205,7 +222,8 @@ func (s *Scanner) Join(ctx context.Context, namespace, name string, hint *Hint) 
 // haveObject records that the running scan of key has its object, at a time no earlier than
 // when it was read.
 func (s *Scanner) haveObject(key string) {
-	s.scans().With(key, func(f *followUp, _ bool) { f.read = time.Now() })
+	now := s.clock().Now()
+	s.scans().With(key, func(f *followUp, _ bool) { f.read = now })
 }
 
 // recordedAt records that the patch rec of a request collected for key, sent at sent, has
@@ -258,11 +276,11 @@ func (s *Scanner) run(ctx context.Context, req scanRequest) (ScanOutcome, error)
 		out, err := s.scan(ctx, req, key)
 		req.read, req.rec = nil, nil
 		// A follow-up that lists waits for the burst of pushes that it answers to end.
-		var lists bool
+		var listing bool
 		s.scans().With(key, func(f *followUp, some bool) {
-			lists = some && f.hint != nil && s.lists(f.hint, out.TagCount)
+			listing = some && f.hint != nil && lists(s.Registry.ListingRequests, f.hint, out.TagCount)
 		})
-		if lists && ctx.Err() == nil {
+		if listing && ctx.Err() == nil {
 			s.scans().Settle(ctx, key, quietFor, burstWait)
 		}
 		if s.scans().Done(key, ctx.Err() != nil) {
@@ -322,17 +340,6 @@ func quietFor(f followUp) time.Duration {
 	return buildQuiet
 }
 
-// lists tells whether a scan with hint lists every tag of a repository of about count tags:
-// without a hint, or when confirming its tags one by one costs more registry requests than a
-// listing (see Client.ListingRequests). Both ways also cost a ping.
-func (s *Scanner) lists(hint *Hint, count int) bool {
-	if hint == nil || len(hint.Tags) == 0 {
-		return true
-	}
-	n := hint.pushed()
-	return n > s.Registry.ListingRequests(count+n)
-}
-
 // MaxHintTags is the most pushed tags a hint remembers: beyond it, a listing costs fewer
 // requests than confirming them one by one in any repository of up to 200,000 tags
 // (registry.DefaultMaxTags) listed at 1,000 tags a page, and the hint keeps only the latest.
@@ -363,7 +370,7 @@ func mergeHints(waiting bool, a, b *Hint) *Hint {
 // scan runs one scan of req, the request of the running job of key in s.scans().
 func (s *Scanner) scan(ctx context.Context, req scanRequest, key string) (out ScanOutcome, err error) {
 	namespace, name, read, hint, rec := req.namespace, req.name, req.read, req.hint, req.rec
-	now := clock(s.Now)
+	now := s.clock().Now
 	start := now()
 	var repo *v1.ImageRepository
 	// The steps are the times since the start at which the scan had its object, its registry
@@ -398,63 +405,102 @@ func (s *Scanner) scan(ctx context.Context, req scanRequest, key string) (out Sc
 		return ScanOutcome{Skipped: SkippedSuspended}, s.status().acknowledge(ctx, repo)
 	}
 	// settle waits, for a scan that runs beside its request's patch, until the patch returned,
-	// and moves the status write onto the object it returned; false means no status is to be
+	// and returns the object the status is written against; nil means no status is to be
 	// written (Scanner.recorded).
-	settle := func() (bool, error) {
+	settle := func() (*v1.ImageRepository, error) {
 		if rec == nil {
-			return true, nil
+			return repo, nil
 		}
-		recorded, err := s.recorded(ctx, repo, hint, rec)
-		rec = nil
-		if recorded == nil {
-			return false, err
-		}
-		repo = recorded
-		return true, nil
+		return s.recorded(ctx, repo, hint, rec)
 	}
-	failed := func(reason string, stalled bool, cause error) (ScanOutcome, error) {
-		if ok, err := settle(); !ok {
-			return ScanOutcome{Failure: reason, Stalled: stalled}, err
-		}
-		return s.fail(ctx, repo, reason, stalled, cause)
+	d := s.decideTags(ctx, repo, hint)
+	if d.step == scanRecord {
+		markStep(ctx, "stored")
+		// The policies are evaluated from the store, or from the delta, and the repository's
+		// spec, not its status: they hear of the new tags while the status is written.
+		defer s.announce(ctx, repo, d)()
 	}
+	return s.apply(ctx, repo, d, settle)
+}
 
-	id, err := RepositoryIdentity(repo)
-	if err != nil {
-		return failed(v1.ImageURLInvalidReason, true, err)
+// decideTags takes the decisions of a scan of repo with hint (decideScan) until one ends it,
+// answering each step it asks for from the registry and the store.
+func (s *Scanner) decideTags(ctx context.Context, repo *v1.ImageRepository, hint *Hint) scanDecision {
+	key := StoreKey(repo.Namespace, repo.Name)
+	in := scanInput{repo: repo, hint: hint, listingRequests: s.Registry.ListingRequests}
+	var sc *registry.Scan
+	defer func() {
+		if sc != nil {
+			sc.Close()
+		}
+	}()
+	for {
+		d := decideScan(in)
+		switch d.step {
+		case scanRecord, scanFail:
+			return d
+		case scanPrepare:
+			var err error
+			sc, err = s.Registry.Prepare(ctx, s.Kube, repo)
+			in.known.prepared = &err
+			if err == nil {
+				in.excluded = sc.Excluded
+				markStep(ctx, "prepared")
+			}
+		case scanHeld:
+			// The store answers from the entry's header and markers, not its list.
+			missing, held, err := s.Store.Missing(ctx, key, d.id, d.tags)
+			if err == nil {
+				markStep(ctx, "held")
+			}
+			in.known.held = &heldAnswer{missing: missing, revision: held, err: err}
+		case scanConfirm:
+			in.known.confirm = confirmPushed(ctx, sc, d.tags)
+		case scanPush:
+			// Neither reads the list: the store answers with the revision, the count and the
+			// greatest tags (store.Store.Push).
+			p, err := s.Store.Push(ctx, key, d.id, d.tags, d.from)
+			in.known.push = &pushAnswer{pushed: p, err: err}
+		case scanList:
+			res, err := sc.ListTags(ctx)
+			in.known.list = &listAnswer{res: res, err: err}
+		case scanRecheck:
+			var confirmed []string
+			for _, tag := range d.tags {
+				if _, err := sc.Confirm(ctx, tag); err == nil {
+					confirmed = append(confirmed, tag)
+				}
+			}
+			in.known.recheck = &confirmed
+		case scanPut:
+			e, written, err := s.Store.Put(ctx, key, d.id, d.tags, s.clock().Now())
+			in.known.put = &putAnswer{entry: e, written: written, err: err}
+		}
 	}
-	sc, err := s.Registry.Prepare(ctx, s.Kube, repo)
-	if err != nil {
-		return failed(registry.Reason(err), registry.Stalled(err), err)
-	}
-	defer sc.Close()
-	markStep(ctx, "prepared")
+}
 
-	res, err := s.storeTags(ctx, sc, repo, id, hint)
-	if err != nil {
-		var lf listingFailed
-		if errors.As(err, &lf) {
-			// The entry keeps the identity it was listed for, so evaluations of an edited
-			// repository wait for a successful scan rather than use it.
-			return failed(registry.Reason(lf.err), registry.Stalled(lf.err), lf.err)
-		}
-		var sf storeError
-		if errors.As(err, &sf) {
-			out, ferr := failed(StoreReason(sf.err), false, sf.err)
-			return out, errors.Join(sf.err, ferr)
-		}
+// apply writes the status of the scan of repo that decided d, its one write: the scan result
+// and Ready=True of a stored scan (record), Ready=False with the reason of a failed one (fail).
+// settle first waits, for a scan beside its request's patch, for the patch, and moves the write
+// onto the object it returned; when it reports false, nothing is written.
+func (s *Scanner) apply(ctx context.Context, repo *v1.ImageRepository, d scanDecision, settle func() (*v1.ImageRepository, error)) (ScanOutcome, error) {
+	out := d.out
+	if d.step == scanFail {
+		out = ScanOutcome{Failure: d.fail.reason, Stalled: d.fail.stalled}
+	}
+	recorded, err := settle()
+	if recorded == nil {
 		return out, err
 	}
-	markStep(ctx, "stored")
-	out = res.outcome(repo)
-	// The policies are evaluated from the store, or from the delta, and the repository's spec,
-	// not its status: they hear of the new tags while the status is written.
-	defer s.announce(ctx, repo, id, res, out.Changed)()
-	if ok, err := settle(); !ok {
-		return out, err
+	if d.step == scanRecord {
+		markStep(ctx, "recorded")
+		return out, s.record(ctx, recorded, d)
 	}
-	markStep(ctx, "recorded")
-	return out, s.record(ctx, repo, id.Image, res, out)
+	_, err = s.status().fail(ctx, recorded, d.fail.reason, d.fail.stalled, failureMessage(d.fail.cause))
+	if d.storeFault {
+		err = errors.Join(d.fail.cause, err)
+	}
+	return out, err
 }
 
 // logScan logs the scan of req: what it found, how long it and its steps took, or its error,
@@ -591,106 +637,15 @@ func (res stored) outcome(repo *v1.ImageRepository) ScanOutcome {
 	return out
 }
 
-// listingFailed is the registry's failure to list the tags: the repository's failure, which
-// its status records, rather than the scanner's.
-type listingFailed struct{ err error }
-
-func (l listingFailed) Error() string { return l.err.Error() }
-func (l listingFailed) Unwrap() error { return l.err }
-
-// storeError is the tag store's failure to read or store the tags, which the status records
-// too: no status may say a scan succeeded when its tags were not stored.
-type storeError struct{ err error }
-
-func (f storeError) Error() string { return f.err.Error() }
-func (f storeError) Unwrap() error { return f.err }
-
-// storeTags brings the stored tags of repo up to date: with a hint whose pushed tags can be
-// confirmed one by one for fewer requests than a listing, it confirms and adds them (the
-// incremental path); otherwise it lists every tag and replaces the stored list. Either way the
-// result names the images that pushed referrer and attachment tags refer to (attachedDigests).
-func (s *Scanner) storeTags(ctx context.Context, sc *registry.Scan, repo *v1.ImageRepository, id store.Identity, hint *Hint) (out stored, err error) {
-	key := StoreKey(repo.Namespace, repo.Name)
-	// invalid counts the pushed and listed tags left out for the tag grammar.
-	var invalid registry.InvalidTags
-	hint = validHint(hint, &invalid)
-	// Taken before the hint loses the pushed tags that the stored list holds.
-	attached := attachedDigests(hint)
-	defer func() { out.attached = attached }()
-	incremental := hint != nil && len(hint.Tags) > 0 && s.specScanned(repo, id.Image)
-	listing := ListingRequested
-	var held string
-	if incremental {
-		// Pushed tags that the stored list holds cost no request: the notifications of a burst
-		// trail its pushes, and a listing during the burst has seen many of them. The store
-		// answers from the entry's header and markers, not its list.
-		var missing []string
-		missing, held, err = s.Store.Missing(ctx, key, id, hint.Tags)
-		switch {
-		case err == nil:
-			markStep(ctx, "held")
-			hint = &Hint{Tags: missing, More: hint.More}
-		case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrCorrupt):
-			// Also ErrOtherIdentity: a list taken for another object or spec is no base, nor
-			// is a damaged one, which the listing's Put replaces.
-			incremental, listing = false, ListingUnconfirmed
-		default:
-			return stored{}, storeError{fmt.Errorf("reading the tags of %s: %w", key, err)}
-		}
-	}
-	// The pushed tags that a listing must show, whatever it is done for (see listed): the
-	// first push of a repository is listed, and so is a push whose stored list is gone.
-	var recheck []string
-	if hint != nil {
-		recheck = hint.Tags
-	}
-	if incremental && len(hint.Tags) > 0 && s.lists(hint, repo.Status.LastScanResult.TagCount) {
-		incremental, listing = false, ListingCheaper
-	}
-	if incremental {
-		confirmed, digests, unconfirmed := confirmPushed(ctx, sc, hint.Tags)
-		if unconfirmed == "" {
-			res, ok, err := s.addPushed(ctx, heldList{key: key, id: id, revision: held}, confirmed, digests)
-			res.invalid = invalid
-			if err != nil {
-				return res, storeError{err}
-			}
-			if ok {
-				return res, nil
-			}
-		} else {
-			// Confirm asked for it long enough: the listing alone tells whether it exists.
-			recheck = slices.DeleteFunc(slices.Clone(recheck), func(tag string) bool { return tag == unconfirmed })
-		}
-		listing = ListingUnconfirmed
-	}
-	res, err := sc.ListTags(ctx)
-	// A repository that the registry does not list yet may hold the pushed tags all the same.
-	unlisted := registry.NotFound(err) && len(recheck) > 0
-	if err != nil && !unlisted {
-		return stored{}, listingFailed{err}
-	}
-	invalid.Merge(res.Invalid)
-	tags := listed(ctx, sc, res, recheck)
-	if unlisted && len(tags) == 0 {
-		return stored{}, listingFailed{err}
-	}
-	entry, written, err := s.Store.Put(ctx, key, id, tags, clock(s.Now)())
-	if err != nil {
-		return stored{}, storeError{fmt.Errorf("storing the tags of %s: %w", key, err)}
-	}
-	return stored{revision: entry.Revision, count: len(entry.Tags), latest: entry.Tags[max(0, len(entry.Tags)-store.TailTags):],
-		scanTime: entry.ScanTime, written: written, listing: listing, invalid: invalid}, nil
-}
-
 // announce tells the policies that the tags of repo changed, in the background: the TagsChanged
 // event carries the delta of an incremental scan, signed with the store's key, so that the
 // policy function can apply it without opening the store. The returned function waits for the
 // delivery.
-func (s *Scanner) announce(ctx context.Context, repo *v1.ImageRepository, id store.Identity, res stored, changed bool) (wait func()) {
-	if !changed && len(res.attached) == 0 || s.Sink == nil {
+func (s *Scanner) announce(ctx context.Context, repo *v1.ImageRepository, d scanDecision) (wait func()) {
+	if !d.announces() || s.Sink == nil {
 		return func() {}
 	}
+	res, id := d.res, d.id
 	data := events.TagsChanged{Namespace: repo.Namespace, Name: repo.Name, Revision: res.revision,
 		Attached: res.attached}
 	if d := res.delta(id); d != nil {
@@ -760,37 +715,35 @@ func (res stored) delta(id store.Identity) *events.TagsDelta {
 	return d
 }
 
-// record writes the status of a scan of repo that stored res: the scan result, the reconcile
-// request repo carries as handled, and Ready=True. The tags are stored and announced: the status records them even when
-// the caller has given up since, as the evaluator's and a failure's writes do.
-func (s *Scanner) record(ctx context.Context, repo *v1.ImageRepository, canonical string, res stored, out ScanOutcome) error {
+// record writes the status of a scan of repo that decided d: the scan result, the reconcile
+// request repo carries as handled, and Ready=True. The tags are stored and announced: the status
+// records them even when the caller has given up since, as the evaluator's and a failure's
+// writes do.
+func (s *Scanner) record(ctx context.Context, repo *v1.ImageRepository, d scanDecision) error {
 	token, _ := kube.ReconcileRequest(repo.Annotations)
-	message := scanMessage(res.count, res.invalid)
+	st := d.status
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	updated, err := s.status().write(wctx, repo, func(r *v1.ImageRepository) error {
 		r.Status.ObservedGeneration = repo.Generation
-		r.Status.CanonicalImageName = canonical
+		r.Status.CanonicalImageName = st.canonical
 		r.Status.ObservedExclusionList = slices.Clone(repo.GetExclusionList())
-		r.Status.LastScanResult = &v1.ScanResult{
-			Revision:   res.revision,
-			TagCount:   res.count,
-			ScanTime:   metav1.NewTime(res.scanTime),
-			LatestTags: latestTags(res.latest),
-		}
+		result := st.result
+		result.LatestTags = slices.Clone(result.LatestTags)
+		r.Status.LastScanResult = &result
 		if token != "" {
 			r.Status.LastHandledReconcileAt = token
 		}
-		markSucceeded(&r.Status.Conditions, repo.Generation, message)
+		markSucceeded(&r.Status.Conditions, repo.Generation, st.message)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("writing the status of ImageRepository %s/%s: %w", repo.Namespace, repo.Name, err)
 	}
-	metrics.SetRepositoryTags(repo.Namespace, repo.Name, res.count)
+	metrics.SetRepositoryTags(repo.Namespace, repo.Name, st.result.TagCount)
 	// As Flux does, a scan is news when it found other tags or ended a failure.
-	if out.Changed || !apimeta.IsStatusConditionTrue(repo.Status.Conditions, v1.ReadyCondition) {
-		s.Recorder.Normal(updated, v1.SucceededReason, message)
+	if d.out.Changed || !apimeta.IsStatusConditionTrue(repo.Status.Conditions, v1.ReadyCondition) {
+		s.Recorder.Normal(updated, v1.SucceededReason, st.message)
 	}
 	return nil
 }
@@ -818,93 +771,20 @@ func (s *Scanner) finalize(ctx context.Context, repo *v1.ImageRepository) (ScanO
 	return out, nil
 }
 
-// specScanned tells whether the last successful scan matched the current spec, so that pushed
-// tags may be added to its list instead of listing everything again.
-func (s *Scanner) specScanned(repo *v1.ImageRepository, canonical string) bool {
-	st := &repo.Status
-	return st.LastScanResult != nil &&
-		repo.Generation == st.ObservedGeneration &&
-		canonical == st.CanonicalImageName &&
-		slices.Equal(repo.GetExclusionList(), st.ObservedExclusionList)
-}
-
-// confirmPushed confirms each pushed tag that the exclusion list keeps (registry.Scan.Confirm), in
-// order, and returns them with the digests they were confirmed with. It stops at the first tag
-// that the registry does not confirm, which it returns as unconfirmed: a full listing is done
-// instead.
-func confirmPushed(ctx context.Context, sc *registry.Scan, tags []string) (confirmed []string, digests map[string]string, unconfirmed string) {
-	digests = map[string]string{}
+// confirmPushed confirms the pushed tags (registry.Scan.Confirm), in order, and answers with
+// the digests they were confirmed with. It stops at the first tag that the registry does not
+// confirm, which the answer names: a full listing is done instead.
+func confirmPushed(ctx context.Context, sc *registry.Scan, tags []string) *confirmAnswer {
+	digests := map[string]string{}
 	for _, tag := range tags {
-		if sc.Excluded(tag) || slices.Contains(confirmed, tag) {
-			continue
-		}
 		digest, err := sc.Confirm(ctx, tag)
 		if err != nil {
-			return nil, nil, tag
+			return &confirmAnswer{unconfirmed: tag}
 		}
-		confirmed = append(confirmed, tag)
 		digests[tag] = digest
 	}
 	markStep(ctx, "confirmed")
-	return confirmed, digests, ""
-}
-
-// heldList names the stored list that Missing found pushed tags missing from: its key, its
-// identity and the revision it had then.
-type heldList struct {
-	key      string
-	id       store.Identity
-	revision string
-}
-
-// addPushed adds the confirmed tags, with their digests, to the held list. It reports false
-// when a full listing must be done instead: the store holds no list of that identity to add to.
-// Neither reads the list: the store answers with the revision, the count and the greatest tags
-// (store.Store.Push).
-func (s *Scanner) addPushed(ctx context.Context, at heldList, confirmed []string, digests map[string]string) (stored, bool, error) {
-	key := at.key
-	p, err := s.Store.Push(ctx, key, at.id, confirmed, at.revision)
-	// Also ErrOtherIdentity: a list taken for another object or spec is no base to add to, nor
-	// is a damaged one.
-	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCorrupt) {
-		return stored{}, false, nil
-	}
-	if err != nil {
-		return stored{}, false, fmt.Errorf("adding pushed tags to %s: %w", key, err)
-	}
-	return stored{revision: p.Revision, count: p.Count, latest: p.Latest, scanTime: p.ScanTime,
-		added: &p, digests: digests}, true, nil
-}
-
-// listed returns the tags of a listing done for a request that named pushed tags, with those of
-// the pushed tags it missed that the registry confirms. Some registries (CNCF distribution 2.8
-// among them) announce a push before their listing shows it, and the first push of a repository
-// before they list the repository at all: res is then empty. A listing that misses more of them
-// than it has pages is not racing a push: only that many, the latest, are confirmed, so that a
-// payload naming tags the registry does not have costs a bounded number of requests.
-func listed(ctx context.Context, sc *registry.Scan, res registry.Result, pushed []string) []string {
-	var missing []string
-	for _, tag := range pushed {
-		if _, found := slices.BinarySearch(res.Tags, tag); !found && !sc.Excluded(tag) {
-			missing = append(missing, tag)
-		}
-	}
-	missing = missing[max(0, len(missing)-max(res.Pages, 1)):]
-	tags := res.Tags
-	for _, tag := range missing {
-		if _, err := sc.Confirm(ctx, tag); err == nil {
-			i, _ := slices.BinarySearch(tags, tag)
-			tags = slices.Insert(tags, i, tag)
-		}
-	}
-	return tags
-}
-
-// fail records a failed scan in the status, keeping the stored tags and the previous
-// lastScanResult (statusWriter.fail).
-func (s *Scanner) fail(ctx context.Context, repo *v1.ImageRepository, reason string, stalled bool, cause error) (ScanOutcome, error) {
-	_, err := s.status().fail(ctx, repo, reason, stalled, failureMessage(cause))
-	return ScanOutcome{Failure: reason, Stalled: stalled}, err
+	return &confirmAnswer{digests: digests}
 }
 
 // status writes ImageRepository status.

@@ -99,7 +99,7 @@ func TestScanIntegrationFullThenIncremental(t *testing.T) {
 	f.reg.Push(t, "app", "1.0.0", "1.1.0", "sha256-abc.sig")
 	f.createRepo(t, "app")
 
-	out, err := f.scanner.Scan(ctx, f.ns, "app", nil)
+	out, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestScanIntegrationFullThenIncremental(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := len(f.reg.Requests())
-	out, err = f.scanner.Scan(ctx, f.ns, "app", &reconcile.Hint{Tags: []string{"1.2.0"}})
+	out, err = f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app", Hint: &reconcile.Hint{Tags: []string{"1.2.0"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestScanIntegrationFullThenIncremental(t *testing.T) {
 	// A payload that names a tag the registry does not have is not trusted: a full listing
 	// decides, and nothing changes.
 	listings := f.tagListings()
-	out, err = f.scanner.Scan(ctx, f.ns, "app", &reconcile.Hint{Tags: []string{"9.9.9"}})
+	out, err = f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app", Hint: &reconcile.Hint{Tags: []string{"9.9.9"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestScanIntegrationListingRacesThePush(t *testing.T) {
 	f.reg.Push(t, "app", "1.0.0")
 	f.createRepo(t, "app")
 	f.reg.Inject(listing(`[]`))
-	out, err := f.scanner.Scan(ctx, f.ns, "app", &reconcile.Hint{Tags: []string{"1.0.0"}})
+	out, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app", Hint: &reconcile.Hint{Tags: []string{"1.0.0"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestScanIntegrationListingRacesThePush(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.reg.Inject(listing(`["1.0.0"]`))
-	out, err = f.scanner.Scan(ctx, f.ns, "app", &reconcile.Hint{Tags: []string{"1.1.0"}})
+	out, err = f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app", Hint: &reconcile.Hint{Tags: []string{"1.1.0"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestScanIntegrationListingRacesThePush(t *testing.T) {
 	f.reg.Push(t, "new", "0.1.0")
 	f.createRepo(t, "new")
 	f.reg.Inject(testenv.RegistryNotFound().On("/tags/list"))
-	out, err = f.scanner.Scan(ctx, f.ns, "new", &reconcile.Hint{Tags: []string{"0.1.0"}})
+	out, err = f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "new", Hint: &reconcile.Hint{Tags: []string{"0.1.0"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestScanIntegrationListingRacesThePush(t *testing.T) {
 	// fails with the listing's error after a bounded number of requests, and stores nothing.
 	f.createRepo(t, "ghost")
 	before := len(f.reg.Requests())
-	out, err = f.scanner.Scan(ctx, f.ns, "ghost", &reconcile.Hint{Tags: []string{"1.0.0", "2.0.0", "3.0.0"}})
+	out, err = f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "ghost", Hint: &reconcile.Hint{Tags: []string{"1.0.0", "2.0.0", "3.0.0"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,12 +282,12 @@ func TestScanIntegrationSignaturePushIsAnnounced(t *testing.T) {
 	schema := strings.Replace(d, ":", "-", 1)
 	f.reg.Push(t, "app", schema)
 	f.createRepo(t, "app")
-	if _, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil {
+	if _, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tag := range []string{schema + ".sig", schema} {
 		f.reg.Push(t, "app", tag)
-		out, err := f.scanner.Scan(ctx, f.ns, "app", &reconcile.Hint{Tags: []string{tag}})
+		out, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app", Hint: &reconcile.Hint{Tags: []string{tag}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -302,7 +302,7 @@ func TestScanIntegrationSignaturePushIsAnnounced(t *testing.T) {
 
 	// A push of an image names nothing.
 	f.reg.Push(t, "app", "1.1.0")
-	if _, err := f.scanner.Scan(ctx, f.ns, "app", &reconcile.Hint{Tags: []string{"1.1.0"}}); err != nil {
+	if _, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app", Hint: &reconcile.Hint{Tags: []string{"1.1.0"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if last := f.sink.lastChanged(t); last.Attached != nil || last.Delta == nil {
@@ -315,14 +315,14 @@ func TestScanIntegrationFailuresKeepWhatWasStored(t *testing.T) {
 	ctx := context.Background()
 	f.reg.Push(t, "app", "1.0.0")
 	f.createRepo(t, "app")
-	if _, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil {
+	if _, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"}); err != nil {
 		t.Fatal(err)
 	}
 	good := f.get(t, "app").Status.LastScanResult
 
 	f.reg.Push(t, "app", "2.0.0")
 	f.reg.Inject(testenv.RegistryUnauthorized().On("/tags/list"))
-	out, err := f.scanner.Scan(ctx, f.ns, "app", nil)
+	out, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +347,7 @@ func TestScanIntegrationFailuresKeepWhatWasStored(t *testing.T) {
 	}
 
 	// The next successful scan clears the failure.
-	if _, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil {
+	if _, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"}); err != nil {
 		t.Fatal(err)
 	}
 	st = f.get(t, "app").Status
@@ -364,7 +364,7 @@ func TestScanIntegrationStoreFailureIsReadyFalse(t *testing.T) {
 	ctx := context.Background()
 	f.reg.Push(t, "app", "1.0.0")
 	f.createRepo(t, "app")
-	if _, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil {
+	if _, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"}); err != nil {
 		t.Fatal(err)
 	}
 	good := f.get(t, "app").Status.LastScanResult
@@ -378,7 +378,7 @@ func TestScanIntegrationStoreFailureIsReadyFalse(t *testing.T) {
 	defer broken.Close()
 	scanner := &reconcile.Scanner{Kube: f.kube, Registry: registry.New(registry.WithRateLimit(0, 0)), Store: broken, Sink: f.sink.sender(t)}
 	f.reg.Push(t, "app", "1.1.0")
-	out, err := scanner.Scan(ctx, f.ns, "app", nil)
+	out, err := scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"})
 	if err == nil || out.Failure != v1.ReadOperationFailedReason {
 		t.Fatalf("scan into a broken store: %+v, %v; want ReadOperationFailed and an error", out, err)
 	}
@@ -392,7 +392,7 @@ func TestScanIntegrationStoreFailureIsReadyFalse(t *testing.T) {
 		t.Errorf("a scan whose tags were not stored changed lastScanResult to %+v", st.LastScanResult)
 	}
 
-	if _, err := f.scanner.Scan(ctx, f.ns, "app", nil); err != nil {
+	if _, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"}); err != nil {
 		t.Fatal(err)
 	}
 	if st := f.get(t, "app").Status; !apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition) || st.LastScanResult.TagCount != 2 {
@@ -404,7 +404,7 @@ func TestScanIntegrationSpecProblems(t *testing.T) {
 	f := newScanFixture(t)
 	ctx := context.Background()
 	f.createRepo(t, "tagged", func(r *v1.ImageRepository) { r.Spec.Image += ":v1" })
-	out, err := f.scanner.Scan(ctx, f.ns, "tagged", nil)
+	out, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "tagged"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,7 +421,7 @@ func TestScanIntegrationSpecProblems(t *testing.T) {
 	}
 
 	f.createRepo(t, "cloud", func(r *v1.ImageRepository) { r.Spec.Provider = v1.AWSProvider })
-	if out, err := f.scanner.Scan(ctx, f.ns, "cloud", nil); err != nil || !out.Stalled || out.Failure != v1.UnsupportedProviderReason {
+	if out, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "cloud"}); err != nil || !out.Stalled || out.Failure != v1.UnsupportedProviderReason {
 		t.Errorf("aws provider: %+v, %v", out, err)
 	}
 
@@ -432,7 +432,7 @@ func TestScanIntegrationSpecProblems(t *testing.T) {
 		r.Spec.Insecure = false
 		r.Spec.ServiceAccountName = "puller"
 	})
-	if out, err := f.scanner.Scan(ctx, f.ns, "gated", nil); err != nil || !out.Stalled || out.Failure != v1.FeatureGateDisabledReason {
+	if out, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "gated"}); err != nil || !out.Stalled || out.Failure != v1.FeatureGateDisabledReason {
 		t.Errorf("serviceAccountName without the gate: %+v, %v", out, err)
 	}
 	gated := apimeta.FindStatusCondition(f.get(t, "gated").Status.Conditions, v1.StalledCondition)
@@ -442,7 +442,7 @@ func TestScanIntegrationSpecProblems(t *testing.T) {
 
 	f.reg.Push(t, "paused", "1.0.0")
 	f.createRepo(t, "paused", func(r *v1.ImageRepository) { r.Spec.Suspend = true })
-	if out, err := f.scanner.Scan(ctx, f.ns, "paused", nil); err != nil || out.Skipped != reconcile.SkippedSuspended {
+	if out, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "paused"}); err != nil || out.Skipped != reconcile.SkippedSuspended {
 		t.Errorf("suspended: %+v, %v", out, err)
 	}
 	if f.get(t, "paused").Status.LastScanResult != nil || f.tagListings() != 0 {
@@ -453,7 +453,7 @@ func TestScanIntegrationSpecProblems(t *testing.T) {
 	if _, err := f.kube.Repositories.RequestReconcile(ctx, f.ns, "paused", "while-paused"); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := f.scanner.Scan(ctx, f.ns, "paused", nil); err != nil || out.Skipped != reconcile.SkippedSuspended {
+	if out, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "paused"}); err != nil || out.Skipped != reconcile.SkippedSuspended {
 		t.Errorf("suspended with a request: %+v, %v", out, err)
 	}
 	if st := f.get(t, "paused").Status; st.LastHandledReconcileAt != "while-paused" || st.LastScanResult != nil || len(st.Conditions) != 0 || f.tagListings() != 0 {
@@ -466,14 +466,14 @@ func TestScanIntegrationDeletedRepositoryLosesItsEntry(t *testing.T) {
 	ctx := context.Background()
 	f.reg.Push(t, "gone", "1.0.0")
 	gone := evaltest.Identity(t, f.createRepo(t, "gone"))
-	if _, err := f.scanner.Scan(ctx, f.ns, "gone", nil); err != nil {
+	if _, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "gone"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.kube.Repositories.Delete(ctx, f.ns, "gone"); err != nil {
 		t.Fatal(err)
 	}
 	announced := len(f.sink.names(f.ns))
-	out, err := f.scanner.Scan(ctx, f.ns, "gone", nil)
+	out, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "gone"})
 	if err != nil || out.Skipped != reconcile.SkippedDeleted {
 		t.Fatalf("%+v, %v", out, err)
 	}
@@ -484,7 +484,7 @@ func TestScanIntegrationDeletedRepositoryLosesItsEntry(t *testing.T) {
 	if got := f.sink.names(f.ns); len(got) != announced+1 {
 		t.Errorf("announced after the deletion: %v, want one more than the %d before", got, announced)
 	}
-	if _, err := f.scanner.Scan(ctx, f.ns, "gone", nil); err != nil {
+	if _, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "gone"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.sink.names(f.ns); len(got) != announced+1 {
@@ -506,7 +506,7 @@ func TestScanIntegrationCoalescing(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out, err := f.scanner.Scan(context.Background(), f.ns, "busy", nil)
+			out, err := f.scanner.Scan(context.Background(), reconcile.ScanRequest{Namespace: f.ns, Name: "busy"})
 			if err != nil {
 				t.Error(err)
 			}
@@ -571,7 +571,7 @@ func TestScanIntegrationJoin(t *testing.T) {
 	// Requests that recorded nothing, or whose patch went out before the running scan had its
 	// object, may be the running scan's own: once it writes them handled, nothing would remind
 	// the cron reconciler of a joined request.
-	if out, err := f.scanner.ScanObject(ctx, first, nil); err != nil || out.Skipped != reconcile.SkippedCoalesced {
+	if out, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Object: first}); err != nil || out.Skipped != reconcile.SkippedCoalesced {
 		t.Fatalf("%+v, %v", out, err)
 	}
 	coalesced(first, firstSent)
@@ -635,7 +635,7 @@ func TestScanIntegrationCallerGivesUpWhileWriting(t *testing.T) {
 		defer cancel()
 		scanner := &reconcile.Scanner{Kube: cancelOnPatch(t, env, "/app/status", &cancel),
 			Registry: f.scanner.Registry, Store: f.store}
-		out, err := scanner.Scan(ctx, f.ns, "app", nil)
+		out, err := scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"})
 		if err != nil {
 			t.Fatalf("scan: %v", err)
 		}
@@ -657,7 +657,7 @@ func TestScanIntegrationCallerGivesUpWhileWriting(t *testing.T) {
 		defer cancel()
 		scanner := &reconcile.Scanner{Kube: cancelOnPatch(t, env, "/gone", &cancel),
 			Registry: f.scanner.Registry, Store: f.store}
-		out, err := scanner.Scan(ctx, f.ns, "gone", nil)
+		out, err := scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "gone"})
 		if err != nil {
 			t.Fatalf("scan: %v", err)
 		}

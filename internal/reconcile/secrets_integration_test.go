@@ -114,7 +114,7 @@ func TestScanIntegrationKeepsSecretsOut(t *testing.T) {
 		if _, err := c.Repositories.Create(ctx, repo); err != nil {
 			t.Fatal(err)
 		}
-		out, err := scanner.Scan(ctx, ns, tt.name, nil)
+		out, err := scanner.Scan(ctx, reconcile.ScanRequest{Namespace: ns, Name: tt.name})
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
@@ -136,7 +136,7 @@ func TestScanIntegrationKeepsSecretsOut(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := scanner.Scan(ctx, ns, "fine", nil); err != nil || !out.Changed {
+	if out, err := scanner.Scan(ctx, reconcile.ScanRequest{Namespace: ns, Name: "fine"}); err != nil || !out.Changed {
 		t.Fatalf("fine: %+v, %v", out, err)
 	}
 	if !strings.Contains(logs.String(), "announcing changed tags") {

@@ -24,7 +24,7 @@ func TestScanIntegrationLeavesOutInvalidTags(t *testing.T) {
 	page := `{"name":"app","tags":["1.0.0","` + strings.Repeat("9", 10_000) + `","\u001b[31m","1.0\u202e","1.0` + "\x7f" + `","1.0` + "\xff" + `"]}`
 	f.reg.Inject(testenv.RegistryFault{Path: "/tags/list", Status: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}}, Body: page})
 
-	out, err := f.scanner.Scan(ctx, f.ns, "app", nil)
+	out, err := f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestScanIntegrationLeavesOutInvalidTags(t *testing.T) {
 	// added, the other is counted and never asked for.
 	f.reg.Push(t, "app", "1.1.0")
 	before := len(f.reg.Requests())
-	out, err = f.scanner.Scan(ctx, f.ns, "app", &reconcile.Hint{Tags: []string{"1.1.0", "1.2\x1b[0m"}})
+	out, err = f.scanner.Scan(ctx, reconcile.ScanRequest{Namespace: f.ns, Name: "app", Hint: &reconcile.Hint{Tags: []string{"1.1.0", "1.2\x1b[0m"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
