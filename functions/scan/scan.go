@@ -82,6 +82,8 @@ import (
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/cloudauth"
+	// ECR logins (spec.provider aws); the cron reconciler links cloudauth without them.
+	_ "github.com/imagereflector/reflector/internal/cloudauth/awslogin"
 	"github.com/imagereflector/reflector/internal/egress"
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/function"

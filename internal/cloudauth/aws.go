@@ -5,18 +5,13 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
-	"github.com/aws/aws-sdk-go-v2/service/ecr"
-	"github.com/aws/aws-sdk-go-v2/service/ecrpublic"
-	"github.com/aws/aws-sdk-go-v2/service/sts"
-	"github.com/aws/smithy-go"
 	"github.com/google/go-containerregistry/pkg/authn"
 
 	"github.com/imagereflector/reflector/internal/redact"
@@ -56,67 +51,101 @@ var awsCloud = &cloud{
 	login: awsLogin,
 }
 
+// AWSTokenRequest is what an AWS login asks ECR (or ECR Public) for: an authorization token
+// in Region, with the credentials of the process's environment, or those of Role assumed with
+// WebIdentityToken when Role is set.
+type AWSTokenRequest struct {
+	Region string
+	// Public asks ECR Public instead of ECR.
+	Public bool
+	// HTTPClient, when set, is the client the SDK uses instead of its own, which honours
+	// AWS_CA_BUNDLE.
+	HTTPClient *http.Client
+	// Role is the ARN of the IAM role to assume, WebIdentityToken the ServiceAccount token
+	// that proves the right to, and SessionName names the role session.
+	Role, WebIdentityToken, SessionName string
+}
+
+// AWSToken is ECR's answer: the base64 of user:password, and when it expires.
+type AWSToken struct {
+	Encoded string
+	Expires time.Time
+}
+
+// AWSError is a failed AWS login: Config when the SDK could not load the configuration,
+// else a failed call, with the code and message of AWS's error answer when API.
+type AWSError struct {
+	Err           error
+	Config        bool
+	API           bool
+	Code, Message string
+}
+
+func (e *AWSError) Error() string { return e.Err.Error() }
+func (e *AWSError) Unwrap() error { return e.Err }
+
+// AWSTokenFunc asks ECR or ECR Public for a token; its errors are *AWSError.
+type AWSTokenFunc func(ctx context.Context, q AWSTokenRequest) (AWSToken, error)
+
+// awsToken is the AWSTokenFunc that RegisterAWS set: the AWS SDK is linked only into the
+// programs that log in to ECR (internal/cloudauth/awslogin), not into every program that links
+// this package, such as the cron reconciler, which never logs in to a registry.
+var awsToken atomic.Pointer[AWSTokenFunc]
+
+// RegisterAWS sets how AWS logins ask ECR for tokens; internal/cloudauth/awslogin calls it.
+func RegisterAWS(f AWSTokenFunc) { awsToken.Store(&f) }
+
 // awsLogin asks ECR (or ECR Public) for a registry token with the controller's credentials or
 // those of the role that the ServiceAccount's annotation names.
 func awsLogin(ctx context.Context, a *Authenticator, id *identity, reg registry) (authn.AuthConfig, time.Time, error) {
-	opts := []func(*config.LoadOptions) error{config.WithRegion(reg.region)}
-	if a.customClient {
-		opts = append(opts, config.WithHTTPClient(a.client))
+	token := awsToken.Load()
+	if token == nil {
+		return authn.AuthConfig{}, time.Time{}, failed("aws: this program was built without ECR logins (internal/cloudauth/awslogin)")
 	}
-	cfg, err := config.LoadDefaultConfig(ctx, opts...)
-	if err != nil {
-		return authn.AuthConfig{}, time.Time{}, failed("aws: reading the AWS configuration of the scan function: %v", err)
+	q := AWSTokenRequest{Region: reg.region, Public: reg.public}
+	if a.customClient {
+		q.HTTPClient = a.client
 	}
 	role := ""
 	if id.account != nil {
+		var err error
 		if role, err = id.annotation(AWSRoleARNAnnotation, "the ARN of the IAM role to assume (arn:aws:iam::<account>:role/<name>)"); err != nil {
 			return authn.AuthConfig{}, time.Time{}, err
 		}
-		token, err := id.token(ctx, AWSAudience)
-		if err != nil {
+		if q.WebIdentityToken, err = id.token(ctx, AWSAudience); err != nil {
 			return authn.AuthConfig{}, time.Time{}, err
 		}
-		session := "reflector-" + id.account.Namespace + "-" + id.account.Name
-		provider := stscreds.NewWebIdentityRoleProvider(sts.NewFromConfig(cfg), role, staticToken(token),
-			func(o *stscreds.WebIdentityRoleOptions) { o.RoleSessionName = truncate(session, 64) })
-		cfg.Credentials = aws.NewCredentialsCache(provider)
+		q.Role, q.SessionName = role, truncate("reflector-"+id.account.Namespace+"-"+id.account.Name, 64)
 	}
-	var (
-		encoded string
-		expires time.Time
-	)
-	if reg.public {
-		out, err := ecrpublic.NewFromConfig(cfg).GetAuthorizationToken(ctx, &ecrpublic.GetAuthorizationTokenInput{})
-		if err != nil {
-			return authn.AuthConfig{}, time.Time{}, awsFailure(id, role, "ECR Public", err)
+	t, err := (*token)(ctx, q)
+	if err != nil {
+		if ae, ok := errors.AsType[*AWSError](err); ok && ae.Config {
+			return authn.AuthConfig{}, time.Time{}, failed("aws: reading the AWS configuration of the scan function: %v", ae.Err)
 		}
-		if out.AuthorizationData != nil {
-			encoded, expires = aws.ToString(out.AuthorizationData.AuthorizationToken), aws.ToTime(out.AuthorizationData.ExpiresAt)
+		service := "ECR"
+		if reg.public {
+			service = "ECR Public"
 		}
-	} else {
-		out, err := ecr.NewFromConfig(cfg).GetAuthorizationToken(ctx, &ecr.GetAuthorizationTokenInput{})
-		if err != nil {
-			return authn.AuthConfig{}, time.Time{}, awsFailure(id, role, "ECR", err)
-		}
-		if len(out.AuthorizationData) > 0 {
-			encoded, expires = aws.ToString(out.AuthorizationData[0].AuthorizationToken), aws.ToTime(out.AuthorizationData[0].ExpiresAt)
-		}
+		return authn.AuthConfig{}, time.Time{}, awsFailure(id, role, service, err)
 	}
-	raw, err := base64.StdEncoding.DecodeString(encoded)
+	raw, err := base64.StdEncoding.DecodeString(t.Encoded)
 	user, pass, ok := strings.Cut(string(raw), ":")
 	if err != nil || !ok || pass == "" {
 		return authn.AuthConfig{}, time.Time{}, failed("aws: the authorization token from %s is not base64 of user:password", reg.host)
 	}
-	return authn.AuthConfig{Username: user, Password: pass}, expires, nil
+	return authn.AuthConfig{Username: user, Password: pass}, t.Expires, nil
 }
 
 // awsFailure explains a failed GetAuthorizationToken: the role could not be assumed, the
 // environment holds no credentials, or ECR refused them.
 func awsFailure(id *identity, role, service string, err error) error {
-	var api smithy.APIError
+	api, _ := errors.AsType[*AWSError](err)
+	if api != nil && !api.API {
+		api = nil
+	}
 	detail := err.Error()
-	if errors.As(err, &api) {
-		detail = api.ErrorCode() + ": " + api.ErrorMessage()
+	if api != nil {
+		detail = api.Code + ": " + api.Message
 	}
 	switch {
 	case role != "" && strings.Contains(err.Error(), "AssumeRoleWithWebIdentity"):
@@ -142,7 +171,7 @@ func awsContainerCredentials() bool {
 // agent, gave the scan function no credentials: the token file could not be read, the agent
 // refused the token or found no association, or it did not answer. api is the agent's error
 // answer, if it gave one. The token itself is never quoted.
-func awsContainerFailure(err error, api smithy.APIError) error {
+func awsContainerFailure(err error, api *AWSError) error {
 	const where = "aws: the container credentials endpoint in AWS_CONTAINER_CREDENTIALS_FULL_URI (EKS Pod Identity)"
 	if _, cause, ok := strings.Cut(err.Error(), "resolve auth token: "); ok {
 		return failed("%s: reading the token in AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE failed (%s): check that the scan function's pods were started with EKS Pod Identity (the pod identity webhook mounts the token and sets the variable)", where, cause)
@@ -150,11 +179,11 @@ func awsContainerFailure(err error, api smithy.APIError) error {
 	if api == nil {
 		return failed("%s did not answer (%v): check that the EKS Pod Identity Agent add-on runs on the scan function's nodes", where, redact.Error(err))
 	}
-	detail := api.ErrorMessage()
-	if code := api.ErrorCode(); code != "" {
+	detail := api.Message
+	if code := api.Code; code != "" {
 		detail = code + ": " + detail
 	}
-	if api.ErrorCode() == "ResourceNotFoundException" {
+	if api.Code == "ResourceNotFoundException" {
 		return failed("%s found no role for the scan function (%s): create a pod identity association for its namespace and ServiceAccount with a role that may call ecr:GetAuthorizationToken", where, detail)
 	}
 	return failed("%s refused the token in AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (%s): check that the file holds the pod's projected ServiceAccount token for audience %s and that a pod identity association exists for the scan function's namespace and ServiceAccount", where, detail, awsPodIdentityAudience)
@@ -166,11 +195,6 @@ func awsWho(id *identity, role string) string {
 	}
 	return "role " + role + " (" + id.describe() + ")"
 }
-
-// staticToken hands a ServiceAccount token to the STS web identity provider.
-type staticToken string
-
-func (t staticToken) GetIdentityToken() ([]byte, error) { return []byte(t), nil }
 
 func truncate(s string, n int) string {
 	if len(s) > n {

@@ -22,7 +22,7 @@ func TestDedupForgetsByAge(t *testing.T) {
 	}
 	// A claim after the window drops every expired key, not only the one claimed.
 	d.claim(bodyKey("p/ns", []byte("late")), now.Add(2*time.Minute))
-	if n := d.order.Len(); n != 1 {
+	if n := d.held(); n != 1 {
 		t.Errorf("%d keys remembered after the window, want 1", n)
 	}
 }

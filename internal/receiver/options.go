@@ -28,9 +28,9 @@ const (
 	DefaultSenderLimits = 10000
 	// DefaultDedupWindow is how long a delivery id is remembered.
 	DefaultDedupWindow = 10 * time.Minute
-	// DefaultDedupSize bounds the deliveries remembered at once; each takes a fixed size (a
-	// 32-byte hash and the receiver's name of at most 127 bytes, plus map and list overhead),
-	// so together a few MB at most.
+	// DefaultDedupSize bounds the deliveries remembered at once; each takes a fixed size (the
+	// SHA-256 of its key and its expiry, in a map and a queue: about 125 bytes), so together
+	// some 1.25 MB at most.
 	DefaultDedupSize = 10000
 	// DefaultSecretTTL is how long a listing of the receivers' Secrets is used: the time a new
 	// or rotated token takes to apply, and the most often a flood of deliveries makes the

@@ -357,6 +357,7 @@ func (pb *pushBench) run(b *testing.B) {
 	profiled := profileAPIServer(b, s, *apiserverProfile)
 	requestsBefore, notFoundBefore := registryRequests(b, s)
 	runStart := time.Now()
+	sampled := sampleMemory(s, time.Second)
 	b.ResetTimer()
 	var began time.Time
 	for range b.N {
@@ -383,6 +384,7 @@ func (pb *pushBench) run(b *testing.B) {
 	}
 	b.StopTimer()
 	pushing := b.Elapsed()
+	means := sampled()
 	profiled()
 	// The writes of the measured pushes, of either kind: the annotation, the statuses and the
 	// Events that client-go's recorder sends in the background, which may still be on their way.
@@ -469,6 +471,11 @@ func (pb *pushBench) run(b *testing.B) {
 	b.ReportMetric(functionsRSS, "functions_rss_MiB")
 	b.ReportMetric(functionsAnon, "functions_anon_MiB")
 	b.ReportMetric(functionsPss, "functions_pss_MiB")
+	// The same, averaged over the pushes: a reading at one moment moves by several MiB with
+	// where each Go heap is between two collections.
+	for k, v := range means {
+		b.ReportMetric(v, k+"_mean_MiB")
+	}
 	// What the scan function asked docker-registry: at the default limit these requests share
 	// its bucket of 10 a second, and a confirmation's HEAD that comes before docker-registry
 	// wrote the tag is answered 404 and asked again.
@@ -481,6 +488,56 @@ func (pb *pushBench) run(b *testing.B) {
 	reportPercentiles(b, "webhook", viaWebhook)
 	reportSteps(b, s, traces)
 	logSlowRegistry(b, s, registryPushes)
+}
+
+// sampleMemory reads, every period until the returned function is called, the RSS and its
+// anonymous part of the scan and policy functions and the cron reconciler, and returns the
+// means in MiB: <component>_rss, <component>_anon, and functions_rss and functions_anon of the
+// three summed. A reading that fails (a process restarting) is left out.
+func sampleMemory(s *stack.Stack, period time.Duration) (stop func() map[string]float64) {
+	done := make(chan struct{})
+	result := make(chan map[string]float64)
+	go func() {
+		sums, counts := map[string]float64{}, map[string]float64{}
+		add := func(k string, kb int64) {
+			sums[k] += float64(kb) / 1024
+			counts[k]++
+		}
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			var rss, anon int64
+			whole := true
+			for _, c := range []string{stack.Scan, stack.Policy, stack.Cron} {
+				r, err := rollup(s.PID(c))
+				if err != nil || r["Rss"] == 0 {
+					whole = false
+					continue
+				}
+				add(c+"_rss", r["Rss"])
+				add(c+"_anon", r["Anonymous"])
+				rss, anon = rss+r["Rss"], anon+r["Anonymous"]
+			}
+			if whole {
+				add("functions_rss", rss)
+				add("functions_anon", anon)
+			}
+			select {
+			case <-done:
+				means := map[string]float64{}
+				for k, v := range sums {
+					means[k] = v / counts[k]
+				}
+				result <- means
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() map[string]float64 {
+		close(done)
+		return <-result
+	}
 }
 
 // slowPushes, when set, is the file to which BenchmarkPushToLatest appends what the functions

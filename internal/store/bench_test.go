@@ -288,3 +288,30 @@ func BenchmarkGetWithDeltas(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWriterSession measures what a push costs the scan function's heap when the store is
+// closed between pushes: open, one tag added to an entry of 10,000 tags, close (which flushes
+// the memtable and compacts L0). B/op is the garbage a push leaves.
+func BenchmarkWriterSession(b *testing.B) {
+	ctx := context.Background()
+	dir := b.TempDir()
+	seed := New(dir)
+	if _, _, err := seed.Put(ctx, "ns/app", testID, manyTags(10_000, "v"), time.Now()); err != nil {
+		b.Fatal(err)
+	}
+	if err := seed.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		s := New(dir)
+		if _, changed, err := s.AddTags(ctx, "ns/app", testID, []string{fmt.Sprintf("1.%d.0", i)}); err != nil || !changed {
+			b.Fatalf("adding a tag: changed %v, %v", changed, err)
+		}
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
