@@ -290,7 +290,7 @@ func BenchmarkGetWithDeltas(b *testing.B) {
 }
 
 // BenchmarkWriterSession measures what a push costs the scan function's heap when the store is
-// closed between pushes: open, one tag added to an entry of 10,000 tags, close (which flushes
+// closed between pushes: open, one tag pushed to an entry of 10,000 tags, close (which flushes
 // the memtable and compacts L0). B/op is the garbage a push leaves.
 func BenchmarkWriterSession(b *testing.B) {
 	ctx := context.Background()
@@ -307,8 +307,8 @@ func BenchmarkWriterSession(b *testing.B) {
 	for b.Loop() {
 		i++
 		s := New(dir)
-		if _, changed, err := s.AddTags(ctx, "ns/app", testID, []string{fmt.Sprintf("1.%d.0", i)}); err != nil || !changed {
-			b.Fatalf("adding a tag: changed %v, %v", changed, err)
+		if p, err := s.Push(ctx, "ns/app", testID, []string{fmt.Sprintf("1.%d.0", i)}, ""); err != nil || len(p.Tags) != 1 {
+			b.Fatalf("pushing a tag: added %v, %v", p.Tags, err)
 		}
 		if err := s.Close(); err != nil {
 			b.Fatal(err)
