@@ -197,20 +197,8 @@ func TestEvaluateIntegrationPushDuringFirstEvaluation(t *testing.T) {
 	f.Put(t, f.NS, "app", "1.0.0", "1.2.0")
 	f.Policy(t, f.NS, "late", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver(">=1.0.0"),
 		DigestReflectionPolicy: v1.ReflectNever})
-	pols := kube.NewCache(f.Kube.Policies, map[string]func(*v1.ImagePolicy) string{
-		reconcile.RepositoryIndex: reconcile.PolicyRepository,
-	})
-	pols.Start(t.Context())
-	t.Cleanup(pols.Stop)
-	testenv.Eventually(t, 30*time.Second, func() error {
-		if !pols.Synced() {
-			return errors.New("the copies have not had their first listing")
-		}
-		return nil
-	})
-
 	ev := f.Evaluator(t)
-	ev.Policies = pols
+	ev.Policies = watchedPolicies(t, f)
 	var pushed atomic.Bool
 	ev.Kube = f.Env.ClientSeeing(t, nil, func(req *http.Request) {
 		if req.Method != http.MethodGet && strings.HasSuffix(req.URL.Path, "/"+v1.ImagePolicyResource+"/late/status") &&
