@@ -151,7 +151,8 @@ type Deps struct {
 	Sigstore *signature.TUFRoot
 	// Policies holds the ImagePolicies as a watch delivers them, indexed by
 	// reconcile.RepositoryIndex, so that an event finds its repository's policies without a
-	// list call; nil lists them at every event.
+	// list call; what it does not hold, and everything while it has not had its first listing
+	// or when it is nil, is listed consistently.
 	Policies *kube.Cache[*v1.ImagePolicy]
 	// Repositories holds the ImageRepositories as a watch delivers them, from which the
 	// policies of a repository's own namespace are advanced by a delta without a read of the

@@ -17,7 +17,9 @@ type CachedRepositories interface {
 }
 
 // CachedPolicies holds ImagePolicies as a watch delivers them (kube.Cache), indexed by
-// RepositoryIndex. ok is false when it cannot answer yet.
+// RepositoryIndex: how the policy function finds the policies of a repository whose tags
+// changed (Evaluator.Policies); a miss is listed consistently. Indexed returns copies the caller
+// may change; ok is false when it cannot answer yet.
 type CachedPolicies interface {
 	Indexed(index, value string) (pols []*v1.ImagePolicy, ok bool)
 }

@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -196,20 +197,8 @@ func TestEvaluateIntegrationPushDuringFirstEvaluation(t *testing.T) {
 	f.Put(t, f.NS, "app", "1.0.0", "1.2.0")
 	f.Policy(t, f.NS, "late", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver(">=1.0.0"),
 		DigestReflectionPolicy: v1.ReflectNever})
-	pols := kube.NewCache(f.Kube.Policies, map[string]func(*v1.ImagePolicy) string{
-		reconcile.RepositoryIndex: reconcile.PolicyRepository,
-	})
-	pols.Start(t.Context())
-	t.Cleanup(pols.Stop)
-	testenv.Eventually(t, 30*time.Second, func() error {
-		if !pols.Synced() {
-			return errors.New("the copies have not had their first listing")
-		}
-		return nil
-	})
-
 	ev := f.Evaluator(t)
-	ev.Policies = pols
+	ev.Policies = watchedPolicies(t, f)
 	var pushed atomic.Bool
 	ev.Kube = f.Env.ClientSeeing(t, nil, func(req *http.Request) {
 		if req.Method != http.MethodGet && strings.HasSuffix(req.URL.Path, "/"+v1.ImagePolicyResource+"/late/status") &&
@@ -227,5 +216,103 @@ func TestEvaluateIntegrationPushDuringFirstEvaluation(t *testing.T) {
 	got := f.Get(t, f.NS, "late")
 	if want := f.revision(t, f.NS, "app"); got.Status.LatestRef.Tag != "1.3.0" || evaluatedRevision(got) != want {
 		t.Errorf("latestRef %s at %q, want 1.3.0 at %q (the push's)", evaltest.RefString(got.Status.LatestRef), evaluatedRevision(got), want)
+	}
+}
+
+// watchedPolicies starts watched copies of f's ImagePolicies, as the policy function keeps them,
+// and waits for their first listing.
+func watchedPolicies(t testing.TB, f *evalFixture) *kube.Cache[*v1.ImagePolicy] {
+	t.Helper()
+	pols := kube.NewCache(f.Kube.Policies, map[string]func(*v1.ImagePolicy) string{
+		reconcile.RepositoryIndex: reconcile.PolicyRepository,
+	})
+	pols.Start(t.Context())
+	t.Cleanup(pols.Stop)
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if !pols.Synced() {
+			return errors.New("the copies have not had their first listing")
+		}
+		return nil
+	})
+	return pols
+}
+
+// laggingPolicies answers as watched copies that have had their first listing but have not yet
+// seen the policies created since: they hold none.
+type laggingPolicies struct{}
+
+func (laggingPolicies) Indexed(string, string) ([]*v1.ImagePolicy, bool) { return nil, true }
+
+// The first tags of a new repository, announced without a delta, reach a policy created a
+// moment before that the watched copies do not show yet: a miss in the copies is listed
+// consistently, which sees it, from the apiserver rather than its watch cache.
+func TestEvaluateIntegrationCopiesMissIsListedConsistently(t *testing.T) {
+	f := newEvalFixture(t)
+	f.Repo(t, f.NS, "fresh", "ghcr.io/org/fresh")
+	f.Policy(t, f.NS, "new", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("fresh"), Policy: evaltest.Semver(">=1.0.0"),
+		DigestReflectionPolicy: v1.ReflectNever})
+	f.Put(t, f.NS, "fresh", "1.0.0", "1.2.0")
+	ev := f.Evaluator(t)
+	ev.Policies = laggingPolicies{}
+	var lists atomic.Int64
+	var consistent atomic.Bool
+	consistent.Store(true)
+	ev.Kube = f.Env.ClientSeeing(t, nil, func(req *http.Request) {
+		if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/"+v1.ImagePolicyResource) {
+			lists.Add(1)
+			if rv := req.URL.Query().Get("resourceVersion"); rv != "" {
+				consistent.Store(false)
+			}
+		}
+	})
+	outs, err := ev.EvaluateChange(context.Background(), events.TagsChanged{Namespace: f.NS, Name: "fresh", Revision: f.revision(t, f.NS, "fresh")})
+	if err != nil || len(outs) != 1 || outs[0].Result != reconcile.PolicySucceeded {
+		t.Fatalf("EvaluateChange = %+v, %v", outs, err)
+	}
+	if got := f.Get(t, f.NS, "new").Status.LatestRef; got == nil || got.Tag != "1.2.0" {
+		t.Errorf("latestRef %s, want 1.2.0", evaltest.RefString(got))
+	}
+	if n := lists.Load(); n != 1 || !consistent.Load() {
+		t.Errorf("%d listings of the ImagePolicies (consistent: %v), want 1 consistent", n, consistent.Load())
+	}
+}
+
+// A policy evaluated on its creation, before its repository's first tags are stored, ends at
+// the latest of them when they are stored while its status is written, though the copies that
+// the scan's event reads may not show it: the evaluation, which found no tags (or no
+// repository), sees them appear after its write and derives its outcome again.
+func TestEvaluateIntegrationFirstTagsDuringFirstEvaluation(t *testing.T) {
+	for _, repoFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("repository=%v", repoFirst), func(t *testing.T) {
+			f := newEvalFixture(t)
+			if repoFirst {
+				f.Repo(t, f.NS, "app", "ghcr.io/org/app")
+			}
+			f.Policy(t, f.NS, "early", v1.ImagePolicySpec{ImageRepositoryRef: evaltest.RefTo("app"), Policy: evaltest.Semver(">=1.0.0"),
+				DigestReflectionPolicy: v1.ReflectNever})
+			ev := f.Evaluator(t)
+			ev.Policies = watchedPolicies(t, f)
+			var scanned atomic.Bool
+			ev.Kube = f.Env.ClientSeeing(t, nil, func(req *http.Request) {
+				if req.Method != http.MethodGet && strings.HasSuffix(req.URL.Path, "/"+v1.ImagePolicyResource+"/early/status") &&
+					scanned.CompareAndSwap(false, true) {
+					if !repoFirst {
+						f.Repo(t, f.NS, "app", "ghcr.io/org/app")
+					}
+					f.Put(t, f.NS, "app", "1.0.0", "1.2.0")
+				}
+			})
+			out, err := ev.Evaluate(context.Background(), f.NS, "early")
+			if err != nil || out.Result != reconcile.PolicySucceeded {
+				t.Fatalf("Evaluate = %+v, %v", out, err)
+			}
+			if !scanned.Load() {
+				t.Fatal("the evaluation wrote no status")
+			}
+			got := f.Get(t, f.NS, "early")
+			if want := f.revision(t, f.NS, "app"); got.Status.LatestRef.Tag != "1.2.0" || evaluatedRevision(got) != want {
+				t.Errorf("latestRef %s at %q, want 1.2.0 at %q (the first scan's)", evaltest.RefString(got.Status.LatestRef), evaluatedRevision(got), want)
+			}
+		})
 	}
 }

@@ -110,9 +110,9 @@ type Evaluator struct {
 	PageSize int64
 	// Verifier builds the signature checks of policies with spec.verify; nil fails them.
 	Verifier NewImageVerifier
-	// Policies, when set, finds the ImagePolicies of a repository without a list call (a
-	// watch's copies); until it can answer, and without it, they are listed from the watch
-	// cache.
+	// Policies holds the watched copies in which the ImagePolicies of a repository are found
+	// without a list call; on a miss (not synced yet, no policy of the repository held, or
+	// unset) they are listed consistently (watchedPolicies, listPolicies).
 	Policies CachedPolicies
 	// Repositories, when set, holds the watched copies of the ImageRepositories, from which a
 	// policy of a repository's own namespace is advanced by a delta of the identity its copy
@@ -156,10 +156,12 @@ func (e *Evaluator) Evaluate(ctx context.Context, namespace, name string) (Polic
 		out := PolicyOutcome{Namespace: namespace, Name: name, Result: PolicyFailed}
 		return e.logged(ctx, out, start, fmt.Errorf("reading ImagePolicy %s/%s: %w", namespace, name, err))
 	}
-	// A policy without an outcome of its current spec may have been created a moment ago: a push
-	// that stores its tags after this evaluation read them announces them to the policies the
-	// watched copies hold, which it may not be among yet. Its outcome is then derived again,
-	// once, from the tags now stored. A policy the copies already held is advanced by the push.
+	// A policy without an outcome of its current spec may have been created a moment ago: a scan
+	// that stores tags after this evaluation read them (or found none, or no repository)
+	// announces them to the policies the watched copies hold, which it may not be among yet
+	// (watchedPolicies). When the repository's stored revision has moved by the time the status
+	// is written, the outcome is derived again, once, from what is stored now. A policy the
+	// copies already held is evaluated by the scan's event.
 	unseen := pol.Status.ObservedGeneration != pol.Generation
 	w := e.newPolicyWorld(ctx)
 	out, err := e.evaluate(ctx, w, pol)
@@ -248,12 +250,16 @@ func (e *Evaluator) decidePolicy(ctx context.Context, w *policyWorld, pol *v1.Im
 		// change cures it.
 		return refused(pol, true, "cross-namespace references are blocked", blocked), nil, nil
 	}
+	key := StoreKey(repoNS, repoName)
+	// An outcome of a repository that does not exist yet, or of tags not stored yet, is marked
+	// as read from nothing, so that Evaluate can tell when they have appeared since.
+	nothing := &storeRead{key: key, noRepository: true}
 	repo, err := w.repositoryFor(ctx, pol, repoNS, repoName)
 	switch {
 	case apierrors.IsNotFound(err) && repoNS != pol.Namespace:
-		return refused(pol, false, "the ImageRepository does not exist", crossNamespaceDenied(pol, repoNS, repoName)), nil, nil
+		return refused(pol, false, "the ImageRepository does not exist", crossNamespaceDenied(pol, repoNS, repoName)), nothing, nil
 	case apierrors.IsNotFound(err):
-		return failed(pol, repositoryMissing(repoNS, repoName)), nil, nil
+		return failed(pol, repositoryMissing(repoNS, repoName)), nothing, nil
 	case err != nil:
 		return decision{}, nil, fmt.Errorf("reading ImageRepository %s/%s: %w", repoNS, repoName, err)
 	}
@@ -277,7 +283,6 @@ func (e *Evaluator) decidePolicy(ctx context.Context, w *policyWorld, pol *v1.Im
 		}
 		in.verifier = iv.ID()
 	}
-	key := StoreKey(repoNS, repoName)
 	lk := &lookups{e: e, repo: repo, iv: iv, key: key}
 	defer lk.close()
 	if dl := w.delta; dl != nil && dl.id == id {
@@ -290,7 +295,7 @@ func (e *Evaluator) decidePolicy(ctx context.Context, w *policyWorld, pol *v1.Im
 	rev, err := w.revision(key, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return failed(pol, noTagsFailure(repo, err)), nil, nil
+		return failed(pol, noTagsFailure(repo, err)), &storeRead{key: key, id: id}, nil
 	case err != nil:
 		return storeUnreadable(pol, err), nil, nil
 	}
@@ -317,8 +322,7 @@ func (e *Evaluator) decidePolicy(ctx context.Context, w *policyWorld, pol *v1.Im
 
 // decideOnPush is the decision of in's policy over its latestRef and the push's delta (lk.delta),
 // with the lookups it asks for performed; ok is false when the stored list must decide instead.
-// The policies are listed from the apiserver's watch cache, which may not hold the latest
-// status yet, such as that of the evaluation of the previous push a moment ago: when the delta
+// The policies come from the watched copies, which may not hold the latest status yet, such as that of the evaluation of the previous push a moment ago: when the delta
 // may not advance the policy as listed, it is read once more, which costs less than a read of the
 // store.
 func (e *Evaluator) decideOnPush(ctx context.Context, in decisionInput, lk *lookups) (decision, bool) {
@@ -413,11 +417,14 @@ func latestOf(sel *policy.Selector, repo *v1.ImageRepository, tags []string) (*v
 	return &v1.ImageRef{Name: repo.Spec.Image, Tag: tag}, nil
 }
 
-// storeRead is the stored tag list an outcome was derived from: its key, identity and revision.
+// storeRead is the stored tag list an outcome was derived from: its key, identity and revision;
+// an empty revision when nothing was stored for the identity, and noRepository (the identity
+// unknown) when the repository did not exist.
 type storeRead struct {
-	key      string
-	id       store.Identity
-	revision string
+	key          string
+	id           store.Identity
+	revision     string
+	noRepository bool
 }
 
 // of returns out, marked as derived from r, and err.

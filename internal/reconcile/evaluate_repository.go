@@ -29,21 +29,18 @@ func (e *Evaluator) EvaluateRepository(ctx context.Context, repoNamespace, repoN
 }
 
 func (e *Evaluator) evaluateRepository(ctx context.Context, w *policyWorld, repoNamespace, repoName string) ([]PolicyOutcome, error) {
-	keep := func(p *v1.ImagePolicy) bool {
-		return p.RepositoryNamespace() == repoNamespace && p.Spec.ImageRepositoryRef.Name == repoName
-	}
 	// The repository and the revision of its tags are read while the policies are listed;
 	// policies found in the watched copies need no listing, and the read is left out when every
 	// one of them works from the watched repository (policyWorld.fromCopy).
 	var prefetch sync.WaitGroup
 	defer prefetch.Wait()
 	fetch := func() { prefetch.Go(func() { w.prefetch(ctx, repoNamespace, repoName) }) }
-	pols, ok := e.watchedPolicies(w, repoNamespace, repoName, keep)
+	pols, ok := e.watchedPolicies(repoNamespace, repoName)
 	switch {
 	case !ok:
 		fetch()
 		var err error
-		if pols, err = e.listPolicies(ctx, repoName, keep); err != nil {
+		if pols, err = e.listPolicies(ctx, repoNamespace, repoName); err != nil {
 			return nil, err
 		}
 	case w.needsRead(pols, repoNamespace, repoName):
@@ -54,8 +51,8 @@ func (e *Evaluator) evaluateRepository(ctx context.Context, w *policyWorld, repo
 }
 
 // evaluateFresh evaluates pol, as listed, and once more as it is now when its spec or its
-// evaluated revision changed before the outcome was written (the listing may come from the
-// apiserver's cache, and another evaluation may have written since). The second evaluation
+// evaluated revision changed before the outcome was written (a watched copy may be a moment
+// behind, and another evaluation may have written since). The second evaluation
 // reads the tags afresh: those read for the first may be older than what the status now records.
 func (e *Evaluator) evaluateFresh(ctx context.Context, w *policyWorld, pol *v1.ImagePolicy) (PolicyOutcome, error) {
 	out, err := e.evaluate(ctx, w, pol)
@@ -73,26 +70,31 @@ func (e *Evaluator) evaluateFresh(ctx context.Context, w *policyWorld, pol *v1.I
 }
 
 // watchedPolicies returns the ImagePolicies that refer to the repository repoNamespace/repoName
-// (keep tells them) from the evaluator's watched copies, for the event of a push (w.delta); ok
-// is false without copies that can answer, and for any other event. The copies trail the
-// apiserver's watch cache by the watch's delivery: a policy created a moment ago may be missing,
-// and the first tags of a new repository, which arrive without a delta, would then reach
-// neither it nor its own ApiServerSource event (evaluated before the tags were stored), so
-// those are listed from the watch cache, which its event trails. An outcome of a spec or status
-// that changed meanwhile is not written (evaluateFresh, advance).
-func (e *Evaluator) watchedPolicies(w *policyWorld, repoNamespace, repoName string, keep func(*v1.ImagePolicy) bool) ([]*v1.ImagePolicy, bool) {
-	if e.Policies == nil || w.delta == nil {
+// from the evaluator's watched copies (Policies); ok is false on a miss: without copies, before
+// their first listing has arrived, and when they hold no policy of the repository, which may be
+// one whose policies were all created a moment ago (listPolicies reads those).
+//
+// A policy the copies do not hold yet while they hold others of the repository is evaluated by
+// its own event: that evaluation, of a policy without an outcome of its current spec, reads the
+// repository and its stored revision again after its status write and evaluates once more when
+// they moved (Evaluate), so tags stored before that second read reach it there, and tags stored
+// after it reach it through copies that have had the time of its whole evaluation to show it.
+func (e *Evaluator) watchedPolicies(repoNamespace, repoName string) ([]*v1.ImagePolicy, bool) {
+	if e.Policies == nil {
 		return nil, false
 	}
 	pols, ok := e.Policies.Indexed(RepositoryIndex, StoreKey(repoNamespace, repoName))
-	return slices.DeleteFunc(pols, func(p *v1.ImagePolicy) bool { return !keep(p) }), ok
+	return pols, ok && len(pols) > 0
 }
 
-// listPolicies lists the ImagePolicies that refer to a repository named repoName that keep
-// accepts. The CRD declares spec.imageRepositoryRef.name a selectable field, so the apiserver
-// sends only the policies that refer to a repository of that name. Flux's own CRD does not; with
-// it installed the selector is refused and every policy is listed.
-func (e *Evaluator) listPolicies(ctx context.Context, repoName string, keep func(*v1.ImagePolicy) bool) ([]*v1.ImagePolicy, error) {
+// listPolicies lists the ImagePolicies that refer to the repository repoNamespace/repoName with
+// a consistent read, which sees every policy created before it: the one read of a repository's
+// policies when the watched copies miss (watchedPolicies). The CRD declares
+// spec.imageRepositoryRef.name a selectable field, so the apiserver sends only the policies that
+// refer to a repository of that name. Flux's own CRD does not; with it installed the selector is
+// refused and every policy is listed.
+func (e *Evaluator) listPolicies(ctx context.Context, repoNamespace, repoName string) ([]*v1.ImagePolicy, error) {
+	keep := func(p *v1.ImagePolicy) bool { return PolicyRepository(p) == StoreKey(repoNamespace, repoName) }
 	pols, err := e.policies(ctx, fields.OneTermEqualSelector(RepositoryRefField, repoName).String(), keep)
 	if apierrors.IsBadRequest(err) {
 		pols, err = e.policies(ctx, "", keep)
@@ -106,16 +108,11 @@ func (e *Evaluator) listPolicies(ctx context.Context, repoName string, keep func
 // RepositoryRefField is the ImagePolicy field that the CRD makes selectable.
 const RepositoryRefField = "spec.imageRepositoryRef.name"
 
-// policies pages through the ImagePolicies of the cluster that fieldSelector selects and
-// returns those keep accepts.
+// policies pages consistently through the ImagePolicies of the cluster that fieldSelector
+// selects and returns those keep accepts.
 func (e *Evaluator) policies(ctx context.Context, fieldSelector string, keep func(*v1.ImagePolicy) bool) ([]*v1.ImagePolicy, error) {
 	var out []*v1.ImagePolicy
-	// From the apiserver's watch cache (resourceVersion 0): a consistent list waits for the
-	// cache to catch up with etcd, about 95 ms after a write such as this push's status
-	// (docs/benchmarks.md). A policy the cache has not seen yet is evaluated by its own
-	// ApiServerSource event or the cron reconciler, and one whose spec changed meanwhile is not
-	// written with the old spec's outcome (evaluateFresh).
-	opts := metav1.ListOptions{Limit: e.PageSize, FieldSelector: fieldSelector, ResourceVersion: "0"}
+	opts := metav1.ListOptions{Limit: e.PageSize, FieldSelector: fieldSelector}
 	err := e.Kube.Policies.Pages(ctx, "", opts, func(l *v1.ImagePolicyList) error {
 		for i := range l.Items {
 			if p := &l.Items[i]; keep(p) {

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -193,14 +194,27 @@ func (w *policyWorld) revision(key string, id store.Identity) (string, error) {
 }
 
 // storeMoved reports whether the tags stored under read's key and identity have a revision
-// other than read's now, read afresh; false when read is nil or the store cannot say.
+// other than read's now, read afresh; for a read of a repository that did not exist, whether it
+// exists now, read consistently, with tags stored for its identity. False when read is nil or
+// the apiserver or the store cannot say.
 func (w *policyWorld) storeMoved(read *storeRead) bool {
 	if read == nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(w.ctx, w.wait)
 	defer cancel()
-	rev, err := w.e.Store.Revision(ctx, read.key, read.id)
+	id := read.id
+	if read.noRepository {
+		namespace, name, _ := strings.Cut(read.key, "/")
+		repo, err := w.e.Kube.Repositories.Get(ctx, namespace, name)
+		if err != nil {
+			return false
+		}
+		if id, err = RepositoryIdentity(repo); err != nil {
+			return false
+		}
+	}
+	rev, err := w.e.Store.Revision(ctx, read.key, id)
 	return err == nil && rev != read.revision
 }
 
