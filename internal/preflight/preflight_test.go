@@ -350,7 +350,7 @@ func TestWebhookRoute(t *testing.T) {
 	want(t, WebhookRoute(ctx, nil, probe, false), false, []string{"not installed"}, "kubectl apply")
 	want(t, WebhookRoute(ctx, ksvc(""), probe, false), false, []string{"no URL"})
 	want(t, WebhookRoute(ctx, ksvc("http://reflector-webhook.reflector-system.example.com"), probe, false), false, []string{"not https"},
-		"external-domain-tls", "config-domain")
+		"external-domain-tls", "config-domain", "default-external-scheme")
 	want(t, WebhookRoute(ctx, ksvc(healthy.URL), nil, false), true, []string{healthy.URL})
 	want(t, WebhookRoute(ctx, ksvc(healthy.URL), probe, false), true, []string{"answers over TLS"})
 	want(t, WebhookRoute(ctx, ksvc(broken.URL), HTTPProber(broken.Client(), 5*time.Second), false), false, []string{"503"}, "curl -v "+broken.URL+"/healthz")

@@ -41,11 +41,14 @@ func HTTPProber(client *http.Client, timeout time.Duration) Prober {
 	}
 }
 
-// tlsFix makes Knative give Routes https URLs with certificates of cert-manager's.
+// tlsFix makes Knative give Routes https URLs with certificates of cert-manager's, or https URLs
+// where TLS ends in front of Knative.
 const tlsFix = "# a domain of yours, and certificates from cert-manager (installed, with a ClusterIssuer):\n" +
 	`kubectl patch configmap config-domain -n knative-serving --type merge -p '{"data":{"<your domain>":""}}'` + "\n" +
 	`kubectl patch configmap config-certmanager -n knative-serving --type merge -p '{"data":{"issuerRef":"kind: ClusterIssuer\nname: <issuer>"}}'` + "\n" +
-	`kubectl patch configmap config-network -n knative-serving --type merge -p '{"data":{"external-domain-tls":"Enabled"}}'`
+	`kubectl patch configmap config-network -n knative-serving --type merge -p '{"data":{"external-domain-tls":"Enabled"}}'` + "\n" +
+	"# or, where a load balancer or ingress in front already serves TLS for the domain:\n" +
+	`kubectl patch configmap config-network -n knative-serving --type merge -p '{"data":{"default-external-scheme":"https"}}'`
 
 // untrustedFix is what to do about a route whose certificate does not verify.
 const untrustedFix = "# registries call only routes whose certificates they trust: one from a public CA, such as\n" +
