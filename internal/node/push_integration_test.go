@@ -54,6 +54,8 @@ type pushes struct {
 	webhook http.RoundTripper
 	// ca is the route CA of the node.
 	ca *routeCA
+	// registryLog is the push registry's log, with its notifications' errors.
+	registryLog string
 	// pushed is when the registry last had a pushed image, and so sent its notification.
 	pushed time.Time
 }
@@ -192,6 +194,7 @@ func startPushes(ctx context.Context, t *testing.T, c *node.Cluster, ca *routeCA
 		t.Fatal(err)
 	}
 	probe := &http.Client{Transport: p.transport, Timeout: 2 * time.Second}
+	p.registryLog = prog.Log()
 	if err := testenv.WaitReady(ctx, prog, time.Minute, func() error {
 		resp, err := probe.Get("http://" + strings.TrimSuffix(p.repo, "/app") + "/v2/")
 		if err != nil {
@@ -259,6 +262,27 @@ func (p *pushes) push(t *testing.T, tag string) {
 	}
 }
 
+// logRoute logs what the path of a notification saw: the push registry's last notification
+// lines and Traefik's last log lines.
+func (p *pushes) logRoute(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if b, err := os.ReadFile(p.registryLog); err == nil {
+		var lines []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "sink") || strings.Contains(l, "notif") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > 10 {
+			lines = lines[len(lines)-10:]
+		}
+		t.Logf("the push registry's notifications:\n%s", strings.Join(lines, "\n"))
+	}
+	if out, err := p.c.Kubectl(ctx, nil, "logs", "-n", "traefik", "deployment/traefik", "--tail=30"); err == nil {
+		t.Logf("Traefik:\n%s", out)
+	}
+}
+
 // latestRef returns the ImagePolicy's status.latestRef as image:tag ("" when it has none).
 func latestRef(obj *unstructured.Unstructured) string {
 	img, _, _ := unstructured.NestedString(obj.Object, "status", "latestRef", "name")
@@ -301,6 +325,7 @@ func (p *pushes) pushToLatest(ctx context.Context, t *testing.T, tag string, wit
 		}
 	}
 	got, _ := res.Get(ctx, "app", metav1.GetOptions{})
+	p.logRoute(ctx, t)
 	t.Fatalf("latestRef is not %s within %s after the push: %s", want, within, latestRef(got))
 	return 0
 }
