@@ -2,19 +2,21 @@
 
 SHELL := /usr/bin/env bash
 GO ?= go
-CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+CONTROLLER_GEN_VERSION ?= v0.23.0
+CONTROLLER_GEN ?= $(REFLECTOR_CACHE)/bin/controller-gen-$(CONTROLLER_GEN_VERSION)
 FUZZTIME ?= 30000x
 BENCHCOUNT ?= 6
 BENCH ?= .
 BENCHOUT ?= bench.out
 TESTFLAGS ?=
 
-.PHONY: all generate check-generated build test unit images-test release-test faults-test fuzz bench lint actionlint deps testenv knative-env flux-cli cosign-cli cluster-env cluster-test run check clean
+.PHONY: all generate check-generated build test unit images-test release-test faults-test fuzz bench lint actionlint deps testenv knative-env flux-cli flux-crds controller-gen cosign-cli cluster-env cluster-test run check clean
 
 all: build
 
-## generate: deepcopy functions and CRD manifests from internal/api/v1 (controller-gen).
-generate:
+## generate: deepcopy functions and CRD manifests from internal/api/v1 (controller-gen, built
+## into the cache by `make controller-gen`).
+generate: controller-gen
 	$(CONTROLLER_GEN) object paths=./internal/api/... \
 		crd:crdVersions=v1 output:crd:artifacts:config=config/crd/bases
 
@@ -63,6 +65,18 @@ knative-env:
 flux-cli:
 	./hack/flux.sh
 
+## controller-gen: build controller-gen (CONTROLLER_GEN_VERSION) into the cache once
+## (hack/controller-gen.sh).
+controller-gen:
+	CONTROLLER_GEN_VERSION=$(CONTROLLER_GEN_VERSION) ./hack/controller-gen.sh
+
+## flux-crds: generate Flux's image.toolkit.fluxcd.io CRDs into the cache once
+## (hack/flux-crds.sh): controller-gen over Flux's API types at the version that the flux CLI
+## of `make flux-cli` depends on. The node test and the tests of `reflector check` and the
+## policy schema apply them where a cluster serves Flux's CRDs. Never committed.
+flux-crds: controller-gen
+	CONTROLLER_GEN_VERSION=$(CONTROLLER_GEN_VERSION) ./hack/flux-crds.sh
+
 ## cosign-cli: build the cosign CLI into the cache once (hack/cosign.sh), for the tests that
 ## sign images with it.
 cosign-cli:
@@ -78,12 +92,12 @@ cluster-env:
 ## cluster-test: start a single-node cluster (internal/node) inside a network namespace that the
 ## test makes and removes, as root, and run pods on it; install reflector there from what
 ## `make release` builds (cosign signs it). Not part of `make test`.
-cluster-test: deps testenv flux-cli cosign-cli cluster-env
+cluster-test: deps testenv flux-cli flux-crds cosign-cli cluster-env
 	REFLECTOR_CLUSTER_TEST=1 $(GO) test -count=1 -timeout 60m -v ./internal/node/
 
 ## test: everything CI checks: generated files, lint, unit and integration tests, the image
 ## build, a release to a local registry, short fuzzing.
-test: deps check-generated lint testenv knative-env flux-cli cosign-cli
+test: deps check-generated lint testenv knative-env flux-cli flux-crds cosign-cli
 	$(GO) test -count=1 -timeout 30m $(TESTFLAGS) ./...
 	$(MAKE) images-test
 	$(MAKE) release-test

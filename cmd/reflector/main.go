@@ -1,19 +1,23 @@
 // Command reflector is reflector's command line. Its one subcommand, check, tells whether a
 // cluster can run reflector, as `flux check --pre` does for Flux:
 //
-//	reflector check [--pre] [--allow-http] [--kubeconfig=FILE] [--context=NAME] [--timeout=DURATION]
+//	reflector check [--pre] [--allow-http] [--ca-file=FILE] [--kubeconfig=FILE] [--context=NAME] [--timeout=DURATION]
 //
 // It prints one line per check (internal/preflight), and under each failure the command that
 // fixes it, and exits with 1 when a check failed, 2 on a usage error or when the cluster
 // could not be read. --pre checks only the prerequisites, before the install; without it the
 // installed Broker, tag store claim and public webhook route are checked too, the route with a
 // GET of its /healthz; the route must be https unless --allow-http accepts plain http (for a
-// route that only registries inside a private network call). The kubeconfig is --kubeconfig's,
+// route that only registries inside a private network call), its certificate trusted by the
+// system's roots or by the CAs of --ca-file (a private CA that every registry calling the route
+// trusts). The kubeconfig is --kubeconfig's,
 // else $KUBECONFIG's, else ~/.kube/config, else the in-cluster configuration.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -31,14 +35,40 @@ import (
 )
 
 func main() {
-	probe := preflight.HTTPProber(&http.Client{}, 5*time.Second)
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, probe, colorful(os.Stdout)))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, httpProber, colorful(os.Stdout)))
 }
 
-const usage = `usage: reflector check [--pre] [--allow-http] [--kubeconfig=FILE] [--context=NAME] [--timeout=DURATION]`
+const usage = `usage: reflector check [--pre] [--allow-http] [--ca-file=FILE] [--kubeconfig=FILE] [--context=NAME] [--timeout=DURATION]`
+
+// prober makes the Prober that asks the webhook route, trusting the CA certificates of the PEM
+// file caFile besides the system's roots ("": the system's alone).
+type prober func(caFile string) (preflight.Prober, error)
+
+// httpProber is the command's prober: a GET of at most 5 seconds.
+func httpProber(caFile string) (preflight.Prober, error) {
+	client := &http.Client{}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, err
+		}
+		roots, err := x509.SystemCertPool()
+		if err != nil {
+			roots = x509.NewCertPool()
+		}
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+		}
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		transport.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+		client.Transport = transport
+	}
+	return preflight.HTTPProber(client, 5*time.Second), nil
+}
 
 // run runs the command line args, printing to stdout and stderr, and returns the exit code.
-func run(args []string, stdout, stderr io.Writer, probe preflight.Prober, color bool) int {
+// newProbe makes the Prober of the webhook route's check.
+func run(args []string, stdout, stderr io.Writer, newProbe prober, color bool) int {
 	if len(args) == 0 || args[0] != "check" {
 		fmt.Fprintln(stderr, usage)
 		return 2
@@ -47,6 +77,7 @@ func run(args []string, stdout, stderr io.Writer, probe preflight.Prober, color 
 	fs.SetOutput(stderr)
 	pre := fs.Bool("pre", false, "check only the prerequisites, before reflector is installed")
 	allowHTTP := fs.Bool("allow-http", false, "accept a webhook route of plain http (registries inside a private network only)")
+	caFile := fs.String("ca-file", "", "PEM file of CA certificates to trust for the webhook route besides the system's (a private CA that every registry calling the route trusts)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
 	kubecontext := fs.String("context", "", "the kubeconfig context (default: its current one)")
 	timeout := fs.Duration("timeout", time.Minute, "how long the checks may take")
@@ -55,6 +86,11 @@ func run(args []string, stdout, stderr io.Writer, probe preflight.Prober, color 
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "unexpected arguments %q\n%s\n", fs.Args(), usage)
+		return 2
+	}
+	probe, err := newProbe(*caFile)
+	if err != nil {
+		fmt.Fprintln(stderr, "--ca-file:", err)
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)

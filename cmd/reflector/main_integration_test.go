@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/imagereflector/reflector/internal/preflight"
 	"github.com/imagereflector/reflector/internal/testenv"
 )
 
@@ -13,10 +16,12 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // noProbe fails the test if the command sends a request to the webhook route: the tests'
 // cluster has none.
-func noProbe(t *testing.T) func(context.Context, string) error {
-	return func(_ context.Context, url string) error {
-		t.Errorf("probed %s", url)
-		return nil
+func noProbe(t *testing.T) prober {
+	return func(string) (preflight.Prober, error) {
+		return func(_ context.Context, url string) error {
+			t.Errorf("probed %s", url)
+			return nil
+		}, nil
 	}
 }
 
@@ -58,7 +63,7 @@ func TestCheckIntegration(t *testing.T) {
 	}
 	if !t.Failed() {
 		var stdout, stderr bytes.Buffer
-		run([]string{"check", "--pre", "--kubeconfig", env.Kubeconfig}, &stdout, &stderr, nil, true)
+		run([]string{"check", "--pre", "--kubeconfig", env.Kubeconfig}, &stdout, &stderr, noProbe(t), true)
 		if !strings.Contains(stdout.String(), "\x1b[31m✗\x1b[0m") || !strings.Contains(stdout.String(), "\x1b[32m✔\x1b[0m") {
 			t.Errorf("no colours on a terminal:\n%s", stdout.String())
 		}
@@ -66,9 +71,14 @@ func TestCheckIntegration(t *testing.T) {
 }
 
 func TestUsage(t *testing.T) {
-	for _, args := range [][]string{nil, {"chek"}, {"check", "extra"}, {"check", "--no-such-flag"}, {"check", "--kubeconfig", "/nonexistent/kubeconfig"}} {
+	notPEM := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{nil, {"chek"}, {"check", "extra"}, {"check", "--no-such-flag"}, {"check", "--kubeconfig", "/nonexistent/kubeconfig"},
+		{"check", "--ca-file", "/nonexistent/ca.pem"}, {"check", "--ca-file", notPEM}} {
 		var stdout, stderr bytes.Buffer
-		if code := run(args, &stdout, &stderr, nil, false); code != 2 {
+		if code := run(args, &stdout, &stderr, httpProber, false); code != 2 {
 			t.Errorf("%q: exit code %d, want 2", args, code)
 		}
 		if stdout.Len() != 0 || stderr.Len() == 0 {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -133,12 +135,23 @@ const IngressClass = "traefik.ingress.networking.knative.dev"
 // KnativeDomain is the domain of the Routes' external hosts.
 const KnativeDomain = "example.com"
 
+// RouteTLS is the certificate and key (PEM) that Traefik serves for every Route's external
+// host: one for the hosts of KnativeDomain, of a CA that the caller keeps.
+type RouteTLS struct {
+	Cert, Key []byte
+}
+
 // InstallKnative installs Knative Serving with Traefik as its KIngress, and Knative Eventing with
 // the in-memory channel and the multi-tenant channel-based broker, from the images and
 // manifests that `make cluster-env` kept, as their installation guides do: the release
-// manifests, then the ingress class and the domain in Serving's config maps. It returns once
-// every Deployment of knative-serving, knative-eventing and traefik is available.
-func (c *Cluster) InstallKnative(ctx context.Context) error {
+// manifests, then the ingress class and the domain in Serving's config maps. Traefik
+// terminates TLS for the Routes' external hosts with route's certificate, and Knative gives the
+// Routes https URLs (default-external-scheme). It returns once every Deployment of
+// knative-serving, knative-eventing and traefik is available.
+func (c *Cluster) InstallKnative(ctx context.Context, route RouteTLS) error {
+	if len(route.Cert) == 0 || len(route.Key) == 0 {
+		return errors.New("InstallKnative: no certificate or key for the Routes")
+	}
 	manifests, err := c.KnativeManifests()
 	if err != nil {
 		return err
@@ -164,14 +177,17 @@ func (c *Cluster) InstallKnative(ctx context.Context) error {
 		}
 	}
 	for _, patch := range [][]string{
-		{"config-network", `{"data":{"ingress-class":"` + IngressClass + `"}}`},
+		{"config-network", `{"data":{"ingress-class":"` + IngressClass + `","default-external-scheme":"https"}}`},
 		{"config-domain", `{"data":{"` + KnativeDomain + `":""}}`},
 	} {
 		if _, err := c.Kubectl(ctx, nil, "patch", "configmap", patch[0], "-n", "knative-serving", "--type", "merge", "-p", patch[1]); err != nil {
 			return err
 		}
 	}
-	if err := c.ApplyUntil(ctx, "Traefik", time.Minute, []byte(strings.ReplaceAll(traefikManifest, "TRAEFIK_IMAGE", c.Images["traefik"])), "-f", "-"); err != nil {
+	manifest := strings.NewReplacer("TRAEFIK_IMAGE", c.Images["traefik"],
+		"ROUTE_TLS_CRT", base64.StdEncoding.EncodeToString(route.Cert),
+		"ROUTE_TLS_KEY", base64.StdEncoding.EncodeToString(route.Key)).Replace(traefikManifest)
+	if err := c.ApplyUntil(ctx, "Traefik", time.Minute, []byte(manifest), "-f", "-"); err != nil {
 		return err
 	}
 	for _, ns := range []string{"knative-serving", "knative-eventing", "traefik"} {

@@ -45,7 +45,8 @@ func TestNodeKnativeIntegration(t *testing.T) {
 	})
 	t.Logf("the cluster was up in %s", time.Since(start).Round(time.Second))
 	step := time.Now()
-	if err := c.InstallKnative(ctx); err != nil {
+	ca := newRouteCA(t)
+	if err := c.InstallKnative(ctx, ca.route); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("Knative Serving, Eventing and Traefik were up in %s", time.Since(step).Round(time.Second))
@@ -81,7 +82,7 @@ func TestNodeKnativeIntegration(t *testing.T) {
 
 	// Over Flux's own CRDs and objects, from the bundle of `make release`, with the commands
 	// of docs/migrate.md and docs/install.md.
-	rel, p := installRelease(ctx, t, c)
+	rel, p := installRelease(ctx, t, c, ca)
 	if _, err := c.Kubectl(ctx, nil, "wait", "--for=condition=Available", "deployment/reflector-store", "-n", "reflector-system", "--timeout=3m"); err != nil {
 		t.Fatalf("the store's anchor: %v", err)
 	}

@@ -2,7 +2,15 @@ package node_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -42,21 +50,93 @@ type pushes struct {
 	transport http.RoundTripper
 	// public is Traefik's public ClusterIP and host the public host of reflector-webhook.
 	public, host string
+	// webhook reaches the public host over TLS, trusting the node's route CA alone.
+	webhook http.RoundTripper
+	// ca is the route CA of the node.
+	ca *routeCA
+	// registryLog is the push registry's log, with its notifications' errors.
+	registryLog string
 	// pushed is when the registry last had a pushed image, and so sent its notification.
 	pushed time.Time
 }
 
-// healthz asks reflector-webhook's /healthz through Traefik's public Service, as a registry
-// reaches the route, and returns how long the answer took.
+// routeCA is the test's own CA of the node's public routes: Traefik serves a certificate of it
+// for the hosts of node.KnativeDomain, and the push registry and `reflector check` trust it.
+type routeCA struct {
+	file  string // the CA's certificate, PEM
+	pool  *x509.CertPool
+	route node.RouteTLS
+}
+
+// newRouteCA makes a CA and, signed by it, a certificate for the Routes' hosts in
+// reflector-system and for the domain's other hosts.
+func newRouteCA(t *testing.T) *routeCA {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "node route CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(48 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: "*.reflector-system." + node.KnativeDomain},
+		DNSNames:     []string{"*.reflector-system." + node.KnativeDomain, "*." + node.KnativeDomain},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(48 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := &routeCA{file: filepath.Join(t.TempDir(), "route-ca.pem"), pool: x509.NewCertPool()}
+	ca.pool.AddCert(caCert)
+	ca.route = node.RouteTLS{
+		Cert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		Key:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	}
+	if err := os.WriteFile(ca.file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// healthz asks reflector-webhook's /healthz through Traefik's public Service over TLS, as a
+// registry reaches the route, and returns how long the answer took.
 func (p *pushes) healthz(ctx context.Context, t *testing.T) time.Duration {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.public+"/healthz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+p.public+"/healthz", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Host = p.host
 	start := time.Now()
-	resp, err := (&http.Client{Transport: p.transport, Timeout: 2 * time.Minute}).Do(req)
+	resp, err := (&http.Client{Transport: p.webhook, Timeout: 2 * time.Minute}).Do(req)
 	if err != nil {
 		t.Fatalf("GET /healthz of %s: %v", p.host, err)
 	}
@@ -67,11 +147,12 @@ func (p *pushes) healthz(ctx context.Context, t *testing.T) time.Duration {
 	return time.Since(start)
 }
 
-// startPushes starts docker-registry with a notification endpoint at the public host of
-// reflector-webhook, which resolves, in the node's mount namespace, to Traefik's public
-// Service, as a cluster's DNS record for its domain would; and makes namespace team with the
-// receiver's Secret, an ImageRepository and a semver ImagePolicy.
-func startPushes(ctx context.Context, t *testing.T, c *node.Cluster) *pushes {
+// startPushes starts docker-registry with a notification endpoint at the public https URL of
+// reflector-webhook, whose host resolves, in the node's mount namespace, to Traefik's public
+// Service, as a cluster's DNS record for its domain would, and whose certificate the registry
+// trusts through the route CA ca; and makes namespace team with the receiver's Secret, an
+// ImageRepository and a semver ImagePolicy.
+func startPushes(ctx context.Context, t *testing.T, c *node.Cluster, ca *routeCA) *pushes {
 	t.Helper()
 	kube := c.Clientset()
 	svc, err := kube.CoreV1().Services("traefik").Get(ctx, "traefik", metav1.GetOptions{})
@@ -87,11 +168,12 @@ func startPushes(ctx context.Context, t *testing.T, c *node.Cluster) *pushes {
 		t.Fatal(err)
 	}
 	p := &pushes{c: c, namespace: "team", repo: fmt.Sprintf("%s:%d/app", node.NodeIP, pushRegistryPort),
-		transport: &http.Transport{DialContext: c.NS.DialContext}, public: svc.Spec.ClusterIP, host: host}
+		transport: &http.Transport{DialContext: c.NS.DialContext}, public: svc.Spec.ClusterIP, host: host, ca: ca,
+		webhook: &http.Transport{DialContext: c.NS.DialContext, TLSClientConfig: &tls.Config{RootCAs: ca.pool, ServerName: host, MinVersion: tls.VersionTLS12}}}
 	token := "push-token-0123456789abcdef"
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.yml")
-	hook := fmt.Sprintf("http://%s/hook/distribution/%s", host, p.namespace)
+	hook := fmt.Sprintf("https://%s/hook/distribution/%s", host, p.namespace)
 	// A notification waits 30 s for its answer, not the stack's 2 s: from zero the answer comes
 	// when the webhook's pod is up, and a retry after a timeout would be measured as start time.
 	config := stack.RegistryConfig(filepath.Join(dir, "data"), fmt.Sprintf("%s:%d", node.NodeIP, pushRegistryPort), hook, token, time.Second)
@@ -106,11 +188,13 @@ func startPushes(ctx context.Context, t *testing.T, c *node.Cluster) *pushes {
 	if err != nil {
 		t.Fatalf("%s: %v (hack/deps.sh installs it)", stack.Registry, err)
 	}
-	prog, err := c.StartProgram("push-registry", bin, nil, "serve", cfg)
+	// Go's crypto/x509 reads SSL_CERT_FILE: the registry's notifications trust the route CA.
+	prog, err := c.StartProgram("push-registry", bin, append(os.Environ(), "SSL_CERT_FILE="+ca.file), "serve", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	probe := &http.Client{Transport: p.transport, Timeout: 2 * time.Second}
+	p.registryLog = prog.Log()
 	if err := testenv.WaitReady(ctx, prog, time.Minute, func() error {
 		resp, err := probe.Get("http://" + strings.TrimSuffix(p.repo, "/app") + "/v2/")
 		if err != nil {
@@ -178,6 +262,27 @@ func (p *pushes) push(t *testing.T, tag string) {
 	}
 }
 
+// logRoute logs what the path of a notification saw: the push registry's last notification
+// lines and Traefik's last log lines.
+func (p *pushes) logRoute(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if b, err := os.ReadFile(p.registryLog); err == nil {
+		var lines []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "sink") || strings.Contains(l, "notif") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > 10 {
+			lines = lines[len(lines)-10:]
+		}
+		t.Logf("the push registry's notifications:\n%s", strings.Join(lines, "\n"))
+	}
+	if out, err := p.c.Kubectl(ctx, nil, "logs", "-n", "traefik", "deployment/traefik", "--tail=30"); err == nil {
+		t.Logf("Traefik:\n%s", out)
+	}
+}
+
 // latestRef returns the ImagePolicy's status.latestRef as image:tag ("" when it has none).
 func latestRef(obj *unstructured.Unstructured) string {
 	img, _, _ := unstructured.NestedString(obj.Object, "status", "latestRef", "name")
@@ -220,6 +325,7 @@ func (p *pushes) pushToLatest(ctx context.Context, t *testing.T, tag string, wit
 		}
 	}
 	got, _ := res.Get(ctx, "app", metav1.GetOptions{})
+	p.logRoute(ctx, t)
 	t.Fatalf("latestRef is not %s within %s after the push: %s", want, within, latestRef(got))
 	return 0
 }

@@ -52,25 +52,28 @@ func apply(t *testing.T, env *testenv.Env, files ...string) {
 	}
 }
 
-// fluxPolicyCRD turns reflector's ImagePolicy CRD into the shape of Flux's as a cluster that
-// ran Flux before 2.7 holds it: no spec.verify and no selectable field in v1, a v1beta2 that is
-// still served, and v1beta2 among the stored versions.
+// fluxPolicyCRD serves Flux's ImagePolicy CRD (`make flux-crds`) as a cluster that ran Flux
+// before 2.7 holds it: no spec.verify in v1, and besides v1 a v1beta2 that is still served and
+// among the stored versions. Flux's CRDs of today serve v1 alone: the old version is added,
+// with v1's schema, as the CRDs of those releases had it.
 func fluxPolicyCRD(t *testing.T, env *testenv.Env) {
 	t.Helper()
 	ctx := context.Background()
-	obj, err := testenv.FluxPolicyCRD()
+	obj, err := testenv.FluxCRD("imagepolicies")
 	if err != nil {
 		t.Fatal(err)
 	}
 	versions, _, _ := unstructured.NestedSlice(obj.Object, "spec", "versions")
+	if len(versions) != 1 {
+		t.Fatalf("Flux's ImagePolicy CRD serves %d versions, want v1 alone", len(versions))
+	}
 	v1 := versions[0].(map[string]any)
-	delete(v1, "selectableFields")
 	beta := map[string]any{"name": "v1beta2", "served": true, "storage": false, "schema": v1["schema"], "subresources": v1["subresources"]}
 	if err := unstructured.SetNestedSlice(obj.Object, []any{beta, v1}, "spec", "versions"); err != nil {
 		t.Fatal(err)
 	}
 	// Flux's and reflector's CRDs are applied by different managers; a test takes Flux's over.
-	if _, err := env.Dynamic().Resource(crdResource).Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "flux", Force: true}); err != nil {
+	if _, err := env.Dynamic().Resource(crdResource).Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "kustomize-controller", Force: true}); err != nil {
 		t.Fatalf("applying Flux's CRD: %v", err)
 	}
 	if _, err := env.Dynamic().Resource(crdResource).Patch(ctx, obj.GetName(), types.MergePatchType,

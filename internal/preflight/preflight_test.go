@@ -2,6 +2,13 @@ package preflight
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -283,6 +290,42 @@ func ksvc(url string) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{"url": url}}}
 }
 
+// otherNameServer serves handler on 127.0.0.1 over TLS with a certificate for another name,
+// and returns a client that trusts the certificate's CA.
+func otherNameServer(t *testing.T, handler http.Handler) (*httptest.Server, *http.Client) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "route"},
+		DNSNames:              []string{"reflector-webhook.reflector-system.example.com"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewUnstartedServer(handler)
+	s.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	return s, &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+}
+
 func TestWebhookRoute(t *testing.T) {
 	healthy := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" {
@@ -307,11 +350,18 @@ func TestWebhookRoute(t *testing.T) {
 	want(t, WebhookRoute(ctx, nil, probe, false), false, []string{"not installed"}, "kubectl apply")
 	want(t, WebhookRoute(ctx, ksvc(""), probe, false), false, []string{"no URL"})
 	want(t, WebhookRoute(ctx, ksvc("http://reflector-webhook.reflector-system.example.com"), probe, false), false, []string{"not https"},
-		"external-domain-tls", "config-domain")
+		"external-domain-tls", "config-domain", "default-external-scheme")
 	want(t, WebhookRoute(ctx, ksvc(healthy.URL), nil, false), true, []string{healthy.URL})
 	want(t, WebhookRoute(ctx, ksvc(healthy.URL), probe, false), true, []string{"answers over TLS"})
 	want(t, WebhookRoute(ctx, ksvc(broken.URL), HTTPProber(broken.Client(), 5*time.Second), false), false, []string{"503"}, "curl -v "+broken.URL+"/healthz")
-	want(t, WebhookRoute(ctx, ksvc(healthy.URL), untrusting, false), false, []string{"certificate"})
+	want(t, WebhookRoute(ctx, ksvc(healthy.URL), untrusting, false), false, []string{"certificate is not trusted", "unknown authority"}, "--ca-file=", "cert-manager")
+	// A route whose certificate is for other names: not trusted either.
+	other, client := otherNameServer(t, healthy.Config.Handler)
+	want(t, WebhookRoute(ctx, ksvc(other.URL), HTTPProber(client, 5*time.Second), false), false, []string{"certificate is not trusted", "127.0.0.1"}, "--ca-file=")
+	// An error that is not the certificate's keeps the general fix.
+	if r := WebhookRoute(ctx, ksvc(broken.URL), HTTPProber(broken.Client(), 5*time.Second), false); strings.Contains(r.Fix, "--ca-file") {
+		t.Errorf("a 503 is answered with the certificate's fix: %s", r.Fix)
+	}
 	// --allow-http: a plain http route passes when it answers, and only then.
 	plain := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer plain.Close()

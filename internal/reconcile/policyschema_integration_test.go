@@ -50,7 +50,7 @@ func TestCheckPolicySchemaIntegration(t *testing.T) {
 	defer env.Stop()
 	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-	flux, err := testenv.FluxPolicyCRD()
+	flux, err := testenv.FluxCRD("imagepolicies")
 	if err != nil {
 		t.Fatal(err)
 	}

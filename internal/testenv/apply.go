@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
+	"path/filepath"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -136,28 +138,22 @@ func (e *Env) ensureNamespace(ctx context.Context, name string, labels map[strin
 	return err
 }
 
-// FluxPolicyCRD returns reflector's ImagePolicy CRD in the shape of Flux's: its v1 schema has no
-// spec.verify. Tests apply it where a cluster serves Flux's CRD instead of reflector's.
-func FluxPolicyCRD() (*unstructured.Unstructured, error) {
-	b, err := crd.Files.ReadFile("bases/image.toolkit.fluxcd.io_imagepolicies.yaml")
+// FluxCRD returns Flux's CRD of plural (imagerepositories or imagepolicies), as `make
+// flux-crds` (hack/flux-crds.sh) generated it from Flux's API types into BinDir()/flux-crds.
+// Tests apply it where a cluster serves Flux's CRDs instead of reflector's; Flux's ImagePolicy
+// has no spec.verify.
+func FluxCRD(plural string) (*unstructured.Unstructured, error) {
+	path := filepath.Join(BinDir(), "flux-crds", "image.toolkit.fluxcd.io_"+plural+".yaml")
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("Flux's CRD: run `make flux-crds` to generate it (%w)", err)
 	}
 	objs, err := DecodeYAML(b)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if len(objs) != 1 {
-		return nil, fmt.Errorf("the ImagePolicy CRD's file holds %d objects", len(objs))
+	if len(objs) != 1 || objs[0].GetKind() != "CustomResourceDefinition" || objs[0].GetName() != plural+".image.toolkit.fluxcd.io" {
+		return nil, fmt.Errorf("%s holds %d objects, not the CRD %s.image.toolkit.fluxcd.io", path, len(objs), plural)
 	}
-	obj := objs[0]
-	versions, _, _ := unstructured.NestedSlice(obj.Object, "spec", "versions")
-	if len(versions) == 0 {
-		return nil, errors.New("the ImagePolicy CRD has no versions")
-	}
-	unstructured.RemoveNestedField(versions[0].(map[string]any), "schema", "openAPIV3Schema", "properties", "spec", "properties", "verify")
-	if err := unstructured.SetNestedSlice(obj.Object, versions, "spec", "versions"); err != nil {
-		return nil, err
-	}
-	return obj, nil
+	return objs[0], nil
 }
