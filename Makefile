@@ -5,6 +5,7 @@ GO ?= go
 CONTROLLER_GEN_VERSION ?= v0.23.0
 CONTROLLER_GEN ?= $(REFLECTOR_CACHE)/bin/controller-gen-$(CONTROLLER_GEN_VERSION)
 FUZZTIME ?= 30000x
+FUZZMINIMIZE ?= 1000x
 BENCHCOUNT ?= 6
 BENCH ?= .
 BENCHOUT ?= bench.out
@@ -131,12 +132,14 @@ faults-test: testenv knative-env
 ## ($(go env GOCACHE)/fuzz); testdata/fuzz holds only seeds and inputs that once failed, which
 ## every go test replays: copy a failing input there when you fix what it found.
 ## The default is a number of inputs, not a duration: a duration's deadline can fall while the
-## fuzzer minimizes a new input, which fails the run with "context deadline exceeded".
+## fuzzer minimizes a new input, which fails the run with "context deadline exceeded". The
+## minimization of each new input is bounded the same way (FUZZMINIMIZE): by default it may take
+## a minute an input, which over dozens of new inputs outlasts the test's ten-minute timeout.
 fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \
 		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
 			echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
-			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) $$pkg; \
 		done; \
 	done
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -640,18 +642,39 @@ func TestDeltasReadAsAFullRewrite(t *testing.T) {
 }
 
 // FuzzDeltas is TestDeltasReadAsAFullRewrite for sequences the fuzzer makes. Each input works on
-// a key of its own in one store per fuzzing process, so that an input costs its operations, not
-// an open of Badger.
+// a key of its own in a store shared by inputsPerStore inputs, so that an input costs its
+// operations, neither an open of Badger nor, as one store would grow with every input before
+// it, the reopens and compactions of all that came before.
 func FuzzDeltas(f *testing.F) {
 	f.Add([]byte{0, 2, 1, 2, 2, 3, 4, 4, 5, 2, 1, 9, 0, 1, 2, 5})
 	f.Add([]byte{0, 1, 3, 2, 2, 2, 7, 8, 9, 3, 1, 1, 0, 3, 6, 2, 4, 5, 0, 0})
-	dir := f.TempDir()
-	s := New(dir, WithLinger(time.Hour))
-	f.Cleanup(func() { s.Close() })
-	inputs := 0
+	const inputsPerStore = 200
+	base := f.TempDir()
+	var (
+		s      *Store
+		dir    string
+		inputs int
+	)
+	f.Cleanup(func() {
+		if s != nil {
+			s.Close()
+		}
+	})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) > 512 {
 			return
+		}
+		if inputs%inputsPerStore == 0 {
+			if s != nil {
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.RemoveAll(dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dir = filepath.Join(base, fmt.Sprint(inputs/inputsPerStore))
+			s = New(dir, WithLinger(time.Hour))
 		}
 		inputs++
 		s = runOps(t, s, dir, fmt.Sprintf("ns/fuzz-%d", inputs), ops)
