@@ -26,9 +26,9 @@ func (s *Store) badgerOptions(readOnly bool) badger.Options {
 		// Badger's default table size (2 MiB). Every read-write session builds
 		// two tables, the flush of its memtable and the compaction of L0 on
 		// close, each in a buffer of twice this size; 256 KiB tables cut that
-		// garbage from 14.1 to 10.4 MB a push, but a store that had grown
-		// through tens of thousands of writes then reopened and compacted so
-		// slowly that FuzzDeltas stalled, so the default stays (docs/store.md).
+		// garbage from 14.1 to 10.4 MB a push, but a store grown by thousands
+		// of writes, reopened again and again, then took some 15% longer
+		// (docs/store.md), a cost that grows with the store.
 		WithBaseTableSize(2 << 20).
 		// Value-log files are mapped whole, at twice this size; 1 GiB by
 		// default. Small files let GC reclaim space in small steps, each of
