@@ -95,7 +95,7 @@ type Clouds struct {
 	ECRChina, ACRChina, ACRGov *Registry
 
 	kube  kubernetes.Interface
-	ca    *registryCA
+	ca    *CA
 	front *httptest.Server
 	plain *httptest.Server
 	proxy *RegistryProxy
@@ -161,7 +161,7 @@ func NewClouds(t testing.TB, kube kubernetes.Interface) *Clouds {
 	c.ACRChina = NewRegistry(t, RegistryBasicAuth(acrUser, c.passwords[ACRChinaHost]))
 	c.ACRGov = NewRegistry(t, RegistryBasicAuth(acrUser, c.passwords[ACRGovHost]))
 	c.GAR = NewRegistry(t, RegistryBasicAuth("oauth2accesstoken", c.gcpToken))
-	ca, err := newRegistryCA()
+	ca, err := NewCA("testenv registry CA")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,12 +170,12 @@ func NewClouds(t testing.TB, kube kubernetes.Interface) *Clouds {
 		"sts.googleapis.com", "iamcredentials.googleapis.com",
 		"login.microsoftonline.com", "login.chinacloudapi.cn", "login.microsoftonline.us",
 		"sts.cn-north-1.amazonaws.com.cn", "api.ecr.cn-north-1.amazonaws.com.cn"}
-	cert, err := ca.issue("clouds", names, false)
+	cert, err := ca.Issue("clouds", names, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.front = httptest.NewUnstartedServer(http.HandlerFunc(c.serveFront))
-	c.front.TLS = &tls.Config{Certificates: []tls.Certificate{cert.pair}, MinVersion: tls.VersionTLS12}
+	c.front.TLS = &tls.Config{Certificates: []tls.Certificate{cert.Pair}, MinVersion: tls.VersionTLS12}
 	c.front.Config.ErrorLog = log.New(io.Discard, "", 0)
 	c.front.StartTLS()
 	t.Cleanup(c.front.Close)
@@ -232,7 +232,7 @@ func (c *Clouds) ReviewWith(kube kubernetes.Interface) {
 // the routing proxy (loopback addresses bypass it) and SSL_CERT_FILE holding the test CA.
 func (c *Clouds) ProcessEnv(t testing.TB) []string {
 	path := filepath.Join(t.TempDir(), "clouds-ca.pem")
-	if err := os.WriteFile(path, c.ca.certPEM, 0o600); err != nil {
+	if err := os.WriteFile(path, c.ca.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return []string{"HTTPS_PROXY=" + c.proxy.URL(), "SSL_CERT_FILE=" + path, "NO_PROXY=", "no_proxy=", "https_proxy="}
@@ -244,7 +244,7 @@ func (c *Clouds) Transport() *http.Transport {
 	proxy, _ := url.Parse(c.proxy.URL())
 	return &http.Transport{
 		Proxy:               http.ProxyURL(proxy),
-		TLSClientConfig:     &tls.Config{RootCAs: c.ca.pool(), MinVersion: tls.VersionTLS12},
+		TLSClientConfig:     &tls.Config{RootCAs: c.ca.Pool(), MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2:   true,
 		MaxIdleConnsPerHost: 10,
 	}

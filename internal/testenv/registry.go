@@ -37,7 +37,7 @@ type Registry struct {
 	srv     *httptest.Server
 	cfg     registryConfig
 	pages   *registryPages
-	ca      *registryCA
+	ca      *CA
 	clientC []byte
 	clientK []byte
 
@@ -116,25 +116,25 @@ func NewRegistry(t testing.TB, opts ...RegistryOption) *Registry {
 	// Handshakes that tests make fail on purpose would otherwise be logged.
 	r.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	if r.cfg.tls {
-		ca, err := newRegistryCA()
+		ca, err := NewCA("testenv registry CA")
 		if err != nil {
 			t.Fatalf("registry CA: %v", err)
 		}
 		r.ca = ca
-		serving, err := ca.issue("registry", append([]string{"localhost"}, r.cfg.aliases...), false)
+		serving, err := ca.Issue("registry", append([]string{"localhost"}, r.cfg.aliases...), false)
 		if err != nil {
 			t.Fatalf("registry serving certificate: %v", err)
 		}
-		r.srv.TLS = &tls.Config{Certificates: []tls.Certificate{serving.pair}, MinVersion: tls.VersionTLS12}
+		r.srv.TLS = &tls.Config{Certificates: []tls.Certificate{serving.Pair}, MinVersion: tls.VersionTLS12}
 		if r.cfg.clientCerts {
 			r.srv.TLS.ClientAuth = tls.RequireAndVerifyClientCert
-			r.srv.TLS.ClientCAs = ca.pool()
+			r.srv.TLS.ClientCAs = ca.Pool()
 		}
-		client, err := ca.issue("reflector", nil, true)
+		client, err := ca.Issue("reflector", nil, true)
 		if err != nil {
 			t.Fatalf("registry client certificate: %v", err)
 		}
-		r.clientC, r.clientK = client.certPEM, client.keyPEM
+		r.clientC, r.clientK = client.CertPEM, client.KeyPEM
 		r.srv.StartTLS()
 	} else {
 		r.srv.Start()
@@ -161,7 +161,7 @@ func (r *Registry) CAPEM() []byte {
 	if r.ca == nil {
 		return nil
 	}
-	return r.ca.certPEM
+	return r.ca.CertPEM
 }
 
 // ClientCertPEM returns a PEM client certificate that the registry accepts under

@@ -13,27 +13,29 @@ import (
 	"time"
 )
 
-// registryCA is the private CA of one test registry.
-type registryCA struct {
+// CA is a test's private certificate authority: of a test registry, of the fake clouds, or of
+// a node's public routes.
+type CA struct {
 	cert    *x509.Certificate
 	key     *ecdsa.PrivateKey
-	certPEM []byte
+	CertPEM []byte
 }
 
-// registryCert is a certificate issued by a registryCA, as PEM and as a tls.Certificate.
-type registryCert struct {
-	certPEM, keyPEM []byte
-	pair            tls.Certificate
+// Cert is a certificate issued by a CA, as PEM and as a tls.Certificate.
+type Cert struct {
+	CertPEM, KeyPEM []byte
+	Pair            tls.Certificate
 }
 
-func newRegistryCA() (*registryCA, error) {
+// NewCA makes a CA named cn, valid from an hour ago for a day.
+func NewCA(cn string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "testenv registry CA"},
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
@@ -48,19 +50,19 @@ func newRegistryCA() (*registryCA, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &registryCA{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
+	return &CA{cert: cert, key: key, CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
 }
 
-// pool returns a certificate pool holding only the CA.
-func (ca *registryCA) pool() *x509.CertPool {
+// Pool returns a certificate pool holding only the CA.
+func (ca *CA) Pool() *x509.CertPool {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.cert)
 	return pool
 }
 
-// issue signs a certificate: for serving on 127.0.0.1, ::1 and names, or for client
+// Issue signs a certificate: for serving on 127.0.0.1, ::1 and names, or for client
 // authentication.
-func (ca *registryCA) issue(cn string, names []string, client bool) (*registryCert, error) {
+func (ca *CA) Issue(cn string, names []string, client bool) (*Cert, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -91,11 +93,11 @@ func (ca *registryCA) issue(cn string, names []string, client bool) (*registryCe
 	if err != nil {
 		return nil, err
 	}
-	c := &registryCert{
-		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		keyPEM:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	c := &Cert{
+		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
 	}
-	if c.pair, err = tls.X509KeyPair(c.certPEM, c.keyPEM); err != nil {
+	if c.Pair, err = tls.X509KeyPair(c.CertPEM, c.KeyPEM); err != nil {
 		return nil, err
 	}
 	return c, nil
