@@ -227,6 +227,17 @@ func TestAttacksIntegration(t *testing.T) {
 	intruder := a.serviceAccountToken(t, "intruders", "mallory", scanAudience, policyAudience)
 	wrongAudience := a.serviceAccountToken(t, brokerNamespace, "other", "some-other-service")
 	policyOnly := a.serviceAccountToken(t, brokerNamespace, "other", policyAudience)
+	// forged are the headers of senders that are not the Broker, by what they present.
+	forged := map[string]map[string]string{"no token": {}}
+	for name, auth := range map[string]string{
+		"garbage":               "Bearer not.a.jwt",
+		"another namespace":     "Bearer " + intruder,
+		"another audience":      "Bearer " + wrongAudience,
+		"the other function's":  "Bearer " + policyOnly,
+		"the token in a header": a.token,
+	} {
+		forged[name] = map[string]string{"Authorization": auth}
+	}
 
 	t.Run("no CloudEvents on the public listener but at /broker", func(t *testing.T) {
 		for _, path := range []string{"/", "/evaluate", "/x"} {
@@ -257,18 +268,7 @@ func TestAttacksIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 		url := a.ScanURL + stack.BrokerPath
-		for name, auth := range map[string]string{
-			"no token":              "",
-			"garbage":               "Bearer not.a.jwt",
-			"another namespace":     "Bearer " + intruder,
-			"another audience":      "Bearer " + wrongAudience,
-			"the other function's":  "Bearer " + policyOnly,
-			"the token in a header": a.token,
-		} {
-			h := map[string]string{}
-			if auth != "" {
-				h["Authorization"] = auth
-			}
+		for name, h := range forged {
 			if code, body := send(t, url, bytes.NewReader(update), cloudEvent(events.TypeAPIServerUpdate, "broker-"+name, h)); code != http.StatusUnauthorized {
 				t.Errorf("an ImageRepository update, %s: %d %s, want 401", name, code, body)
 			}
@@ -308,18 +308,7 @@ func TestAttacksIntegration(t *testing.T) {
 
 	t.Run("cluster-local listeners prove the sender", func(t *testing.T) {
 		cdevent := `{"context":{"id":"x"},"subject":{"id":"pkg:oci/app?repository_url=` + image + `&tag=9.9.9"}}`
-		for name, auth := range map[string]string{
-			"no token":              "",
-			"garbage":               "Bearer not.a.jwt",
-			"another namespace":     "Bearer " + intruder,
-			"another audience":      "Bearer " + wrongAudience,
-			"the other function's":  "Bearer " + policyOnly,
-			"the token in a header": a.token,
-		} {
-			h := map[string]string{}
-			if auth != "" {
-				h["Authorization"] = auth
-			}
+		for name, h := range forged {
 			if code, body := send(t, a.ScanEventsURL+"/", strings.NewReader(scanRequest), cloudEvent(events.TypeScanRequested, "ce-"+name, h)); code != http.StatusUnauthorized {
 				t.Errorf("scan request, %s: %d %s, want 401", name, code, body)
 			}
