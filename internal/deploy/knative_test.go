@@ -59,7 +59,6 @@ func documentedFeatures(t testing.TB) map[string]string {
 
 var (
 	configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	ksvcs      = schema.GroupVersionResource{Group: "serving.knative.dev", Version: "v1", Resource: "services"}
 	revisions  = schema.GroupVersionResource{Group: "serving.knative.dev", Version: "v1", Resource: "revisions"}
 	configs    = schema.GroupVersionResource{Group: "serving.knative.dev", Version: "v1", Resource: "configurations"}
 	routes     = schema.GroupVersionResource{Group: "serving.knative.dev", Version: "v1", Resource: "routes"}

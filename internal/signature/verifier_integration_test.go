@@ -36,7 +36,6 @@ func newVerifier(t *testing.T, keys ...*signing.CosignKey) *signature.Verifier {
 // tag schema.
 func TestIntegrationVerify(t *testing.T) {
 	trusted, other := signing.NewCosignKey(t), signing.NewCosignKey(t)
-	type signer func(r *testenv.Registry, repo, digest string, key *signing.CosignKey, opts ...signing.Option)
 	tests := []struct {
 		name string
 		// sign signs the image (digest) and may use other, another image's digest.
