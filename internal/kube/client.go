@@ -6,6 +6,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -150,6 +151,28 @@ func (c *Client) Connect(ctx context.Context) {
 
 // connectTimeout bounds Connect.
 const connectTimeout = 10 * time.Second
+
+// ServiceAccountKeys returns the public keys that verify the cluster's ServiceAccount tokens, the
+// JSON Web Key Set the apiserver publishes for OIDC discovery (/openid/v1/jwks), which every
+// ServiceAccount may read. An answer of more than maxKeySetBytes is an error.
+func (c *Client) ServiceAccountKeys(ctx context.Context) ([]byte, error) {
+	body, err := c.core.Get().AbsPath("/openid/v1/jwks").Stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, maxKeySetBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxKeySetBytes {
+		return nil, fmt.Errorf("the apiserver's key set is larger than %d bytes", maxKeySetBytes)
+	}
+	return b, nil
+}
+
+// maxKeySetBytes bounds the key set: a key is under 1 KiB, and a cluster has a few.
+const maxKeySetBytes = 256 << 10
 
 // ServiceAccounts is the typed client of ServiceAccounts, with their token subresource.
 type ServiceAccounts struct {

@@ -342,6 +342,41 @@ func TestAttacksIntegration(t *testing.T) {
 		a.unchanged(t, before, "requests with the broker's token")
 	})
 
+	t.Run("forged signatures spend no review budget", func(t *testing.T) {
+		// More forged tokens than the review budget holds (20 a second, 40 at once), each
+		// distinct, with the cluster's key ID and the broker's ServiceAccount as subject. Had
+		// they been reviewed, a new genuine token right after them would be answered 429.
+		forger, err := testenv.NewForger(a.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forged := make([]string, 120)
+		for i := range forged {
+			forged[i], err = forger.Token(map[string]any{
+				"aud": []string{policyAudience}, "sub": "system:serviceaccount:" + brokerNamespace + ":" + stack.BrokerAccount,
+				"iss": a.Env.APIServerURL, "exp": time.Now().Add(time.Hour).Unix(), "jti": strconv.Itoa(i),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, token := range forged {
+			h := map[string]string{"Authorization": "Bearer " + token}
+			if code, body := send(t, a.PolicyURL+"/", strings.NewReader(`{"namespace":"default","name":"stable"}`), cloudEvent(events.TypePolicyRequested, "pf-"+strconv.Itoa(i), h)); code != http.StatusUnauthorized {
+				t.Fatalf("forged token %d: %d %s, want 401", i, code, body)
+			}
+		}
+		fresh, err := a.SenderToken(ctx, scanAudience, policyAudience)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, body := send(t, a.PolicyURL+"/", strings.NewReader(`{"namespace":"default","name":"stable"}`),
+			cloudEvent(events.TypePolicyRequested, "pe-fresh", map[string]string{"Authorization": "Bearer " + fresh})); code != http.StatusAccepted {
+			t.Errorf("a new genuine token after the flood: %d %s, want 202", code, body)
+		}
+		a.unchanged(t, before, "forged tokens")
+	})
+
 	t.Run("unauthenticated webhooks are refused before their body is read", func(t *testing.T) {
 		scrape := func() (verified, throttled float64) {
 			m := testenv.Scrape(t, a.Metrics[stack.Scan])

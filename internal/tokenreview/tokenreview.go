@@ -6,8 +6,11 @@
 //
 // Each distinct token costs one TokenReview; an accepted token is remembered until it expires
 // or for CacheTTL, whichever is sooner, and a refused one for RefusedTTL, both in bounded maps.
-// Reviews of tokens not yet known are rate limited as a whole, so a flood of forged tokens costs
-// the apiserver at most ReviewRate requests a second.
+// Before a review, the token's signature is checked against the keys that sign the cluster's
+// ServiceAccount tokens, which the apiserver publishes for OIDC discovery: a token they did not
+// sign, or for another audience, is refused without asking the apiserver, so forged tokens cost
+// only the check. Reviews of tokens not yet known are rate limited as a whole, which bounds the
+// apiserver's cost when the keys cannot be read.
 package tokenreview
 
 import (
@@ -54,6 +57,7 @@ type Verifier struct {
 	namespaces []string
 	now        func() time.Time
 	limit      *rate.Limiter
+	keys       *keySet
 
 	mu       sync.Mutex
 	accepted map[[32]byte]entry
@@ -99,6 +103,9 @@ func New(client *kube.Client, audience string, opts ...Option) *Verifier {
 		accepted: map[[32]byte]entry{},
 		refused:  map[[32]byte]time.Time{},
 	}
+	if client != nil {
+		v.keys = &keySet{fetch: client.ServiceAccountKeys}
+	}
 	for _, o := range opts {
 		o(v)
 	}
@@ -123,7 +130,7 @@ func (v *Verifier) Require(h http.Handler) http.Handler {
 		case errors.Is(err, ErrUnauthenticated):
 			w.Header().Set("WWW-Authenticate", `Bearer realm="reflector"`)
 			http.Error(w, err.Error(), http.StatusUnauthorized)
-		case errors.Is(err, errBusy):
+		case errors.Is(err, errBusy), errors.Is(err, errUnknownKey):
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, err.Error(), http.StatusTooManyRequests)
 		default:
@@ -168,10 +175,7 @@ func (v *Verifier) Verify(ctx context.Context, authorization string) (string, er
 		return "", fmt.Errorf("%w: the token was refused", ErrUnauthenticated)
 	}
 	v.mu.Unlock()
-	if !v.limit.Allow() {
-		return "", errBusy
-	}
-	user, err := v.review(ctx, token)
+	user, err := v.checkAndReview(ctx, token, now)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	switch {
@@ -185,6 +189,55 @@ func (v *Verifier) Verify(ctx context.Context, authorization string) (string, er
 		put(v.refused, key, now.Add(RefusedTTL), now, func(t time.Time) time.Time { return t })
 	}
 	return user, err
+}
+
+// checkAndReview asks the apiserver about a token that precheck lets through, within the review
+// budget.
+func (v *Verifier) checkAndReview(ctx context.Context, token string, now time.Time) (string, error) {
+	if _, err := v.precheck(ctx, token, now); err != nil {
+		return "", err
+	}
+	if !v.limit.Allow() {
+		return "", errBusy
+	}
+	return v.review(ctx, token)
+}
+
+// precheck refuses, without asking the apiserver, a token that cannot be accepted: not a JWT,
+// not for the audience, not signed by the cluster's keys, or, once the signature shows that its
+// subject is genuine, of a ServiceAccount outside WithNamespaces. It tells whether the cluster's
+// keys verified the signature; without them (none read) it lets every token through to the
+// review.
+func (v *Verifier) precheck(ctx context.Context, token string, now time.Time) (bool, error) {
+	if v.keys == nil {
+		return false, nil
+	}
+	t, err := parseJWT(token)
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrUnauthenticated, err)
+	}
+	if !slices.Contains(t.audiences, v.audience) {
+		return false, fmt.Errorf("%w: the token is not for audience %q", ErrUnauthenticated, v.audience)
+	}
+	signed, err := v.keys.verify(ctx, t, now)
+	if err != nil {
+		return false, err
+	}
+	if err := v.allowed(t.subject); err != nil && signed {
+		return false, err
+	}
+	return signed, nil
+}
+
+// allowed refuses a user outside WithNamespaces.
+func (v *Verifier) allowed(user string) error {
+	if len(v.namespaces) == 0 {
+		return nil
+	}
+	if ns, ok := serviceAccountNamespace(user); ok && slices.Contains(v.namespaces, ns) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is not a ServiceAccount of %s", ErrUnauthenticated, user, strings.Join(v.namespaces, ", "))
 }
 
 // review asks the apiserver about token.
@@ -203,11 +256,8 @@ func (v *Verifier) review(ctx context.Context, token string) (string, error) {
 		return "", fmt.Errorf("%w: the token is not for audience %q", ErrUnauthenticated, v.audience)
 	}
 	user := st.User.Username
-	if len(v.namespaces) > 0 {
-		ns, ok := serviceAccountNamespace(user)
-		if !ok || !slices.Contains(v.namespaces, ns) {
-			return "", fmt.Errorf("%w: %s is not a ServiceAccount of %s", ErrUnauthenticated, user, strings.Join(v.namespaces, ", "))
-		}
+	if err := v.allowed(user); err != nil {
+		return "", err
 	}
 	return user, nil
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -124,23 +126,78 @@ func TestVerifierIntegration(t *testing.T) {
 	}
 }
 
-// TestVerifierIntegrationBoundsReviews: a flood of distinct forged tokens costs at most the
-// review budget; the rest are answered without asking the apiserver.
+// TestVerifierIntegrationBoundsReviews: a flood of distinct tokens that the cluster did issue,
+// for the audience and an allowed namespace, costs at most the review budget; the rest are
+// answered without asking the apiserver.
 func TestVerifierIntegrationBoundsReviews(t *testing.T) {
 	env := testenv.Kube(t)
+	ns := env.Namespace(t)
 	var reviews atomic.Int64
-	v := tokenreview.New(countingClient(t, env, &reviews), "reflector-scan", tokenreview.WithReviewRate(1, 5))
+	v := tokenreview.New(countingClient(t, env, &reviews), "reflector-scan", tokenreview.WithNamespaces(ns), tokenreview.WithReviewRate(1, 5))
 	busy := 0
-	for i := range 50 {
-		_, err := v.Verify(context.Background(), "Bearer forged-"+strings.Repeat("x", i))
+	for range 30 {
+		_, err := v.Verify(context.Background(), "Bearer "+token(t, env, ns, "reflector-scan"))
 		if err != nil && !errors.Is(err, tokenreview.ErrUnauthenticated) {
 			busy++
 		}
 	}
 	if n := reviews.Load(); n > 6 {
-		t.Errorf("50 forged tokens cost %d TokenReviews, want at most 6", n)
+		t.Errorf("30 distinct tokens cost %d TokenReviews, want at most 6", n)
 	}
 	if busy == 0 {
-		t.Error("no forged token was turned away for the review budget")
+		t.Error("no token was turned away for the review budget")
+	}
+}
+
+// TestVerifierIntegrationForged: tokens that the cluster's keys did not sign, and genuine ones
+// of a namespace that may not send, are refused without a TokenReview, even with no review
+// budget left; the key set is read once.
+func TestVerifierIntegrationForged(t *testing.T) {
+	env := testenv.Kube(t)
+	allowed, tenant := env.Namespace(t), env.Namespace(t)
+	var reviews, keyReads atomic.Int64
+	c := env.ClientSeeing(t, nil, func(req *http.Request) {
+		switch {
+		case strings.HasSuffix(req.URL.Path, "/tokenreviews"):
+			reviews.Add(1)
+		case req.URL.Path == "/openid/v1/jwks":
+			keyReads.Add(1)
+		}
+	})
+	v := tokenreview.New(c, "reflector-webhook", tokenreview.WithNamespaces(allowed), tokenreview.WithReviewRate(1, 1))
+	ctx := context.Background()
+	good := token(t, env, allowed, "reflector-webhook")
+	forger, err := testenv.NewForger(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		forged, err := forger.Token(map[string]any{
+			"aud": []string{"reflector-webhook"}, "sub": "system:serviceaccount:" + allowed + ":sender",
+			"iss": env.APIServerURL, "exp": time.Now().Add(time.Hour).Unix(), "jti": strconv.Itoa(i),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Verify(ctx, "Bearer "+forged); !errors.Is(err, tokenreview.ErrUnauthenticated) {
+			t.Fatalf("forged token %d: %v, want ErrUnauthenticated", i, err)
+		}
+	}
+	for i := range 10 {
+		if _, err := v.Verify(ctx, "Bearer "+token(t, env, tenant, "reflector-webhook")); !errors.Is(err, tokenreview.ErrUnauthenticated) {
+			t.Fatalf("a tenant's genuine token %d: %v, want ErrUnauthenticated", i, err)
+		}
+	}
+	if n := reviews.Load(); n != 0 {
+		t.Errorf("forged and tenants' tokens cost %d TokenReviews, want 0", n)
+	}
+	if user, err := v.Verify(ctx, "Bearer "+good); err != nil || user != "system:serviceaccount:"+allowed+":sender" {
+		t.Errorf("the genuine token after the flood: %q, %v", user, err)
+	}
+	if n := reviews.Load(); n != 1 {
+		t.Errorf("TokenReviews = %d, want 1 (the genuine token)", n)
+	}
+	if n := keyReads.Load(); n != 1 {
+		t.Errorf("the key set was read %d times, want 1", n)
 	}
 }
