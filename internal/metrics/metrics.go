@@ -166,6 +166,8 @@ const (
 	// had spent its budget of deliveries that fail authentication.
 	WebhookThrottled = "throttled"
 	WebhookFailed    = "failed"
+	// WebhookHandshake is a sender's CloudEvents webhook handshake (HTTP OPTIONS) answered.
+	WebhookHandshake = "handshake"
 )
 
 // UnknownProvider is the provider label of deliveries to a provider that does not exist, so that

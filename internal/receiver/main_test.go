@@ -203,7 +203,7 @@ func signed(provider, path, token string, body []byte) delivery {
 		d.query.Set("host", "nexus.example.com:8082")
 	case "jfrog":
 		d.header.Set("X-JFrog-Event-Auth", mac(sha256.New))
-	case "harbor", "acr", "distribution", "ecr":
+	case "harbor", "acr", "distribution", "ecr", "eventgrid":
 		d.header.Set("Authorization", "Bearer "+token)
 	case "dockerhub", "quay", "gar":
 		d.query.Set("token", token)
@@ -233,7 +233,9 @@ func (f *fixture) send(t testing.TB, d delivery) (int, receiver.Answer) {
 	for k, v := range d.header {
 		req.Header[k] = v
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := f.srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)

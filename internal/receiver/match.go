@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -162,6 +163,24 @@ func objectNames(targets []target) string {
 func bodyKey(scope string, body []byte) string {
 	sum := sha256.Sum256(body)
 	return scope + "\x00" + string(sum[:])
+}
+
+// idKey is what a delivery of a provider whose events carry the sender's own ids
+// (webhook.DedupByID) is remembered by: the set of those ids, hashed, scoped by receiver as
+// bodyKey is. A retry that carries the same events in another body (another batch, other
+// whitespace) has the same key.
+func idKey(scope string, evs []webhook.Event) string {
+	ids := make([]string, 0, len(evs))
+	for _, e := range evs {
+		ids = append(ids, e.DeliveryID)
+	}
+	slices.Sort(ids)
+	h := sha256.New()
+	for _, id := range slices.Compact(ids) {
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+	}
+	return scope + "\x00id\x00" + string(h.Sum(nil))
 }
 
 // eventKey is what a CloudEvent is remembered by: its sender, source and id (a source and id

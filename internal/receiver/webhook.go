@@ -27,14 +27,17 @@ import (
 //	                                    it touches ImageRepositories of that namespace only
 //	POST /hook/<provider>               the cluster receiver (WithClusterSecret); it touches
 //	                                    ImageRepositories of every namespace
+//	OPTIONS /hook/<provider>[/<ns>]     the CloudEvents webhook handshake, for the providers
+//	                                    whose sender makes it (webhook.Handshake; see handshake)
 //
 // A receiver without its token does not exist, and a delivery to it is answered exactly as one
 // with a wrong token (401, the same message), so a sender cannot tell which namespaces are set
 // up. The answers: 202 with the objects whose scan is requested; 200 with a reason when the
 // delivery is authentic but nothing matches, it is ignored (a pull, a delete) or it repeats an
-// earlier delivery (the same body, which is what a signature covers, within the dedup window); 400
+// earlier delivery (the same body, which is what a signature covers, or for the providers whose
+// events carry the sender's ids, webhook.DedupByID, the same ids, within the dedup window); 400
 // malformed; 401 missing or wrong signature or token, with nothing changed; 404 an unknown
-// provider or path; 405 not POST; 413 over MaxBodyBytes; 429 over the receiver's rate, or, before
+// provider or path; 405 neither POST nor a handshake; 413 over MaxBodyBytes; 429 over the receiver's rate, or, before
 // the body is read, over the remote address's budget of deliveries that fail authentication
 // (WithUnauthenticatedLimit); 500 when the API server fails. Every answer is one
 // JSON log line, which never contains the query string (tokens travel there).
@@ -109,8 +112,16 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request) result {
 		return result{status: http.StatusNotFound, message: "no such receiver"}
 	}
 	res := result{provider: rt.provider, receiver: rt.receiverName()}
+	handshake := webhook.Handshake(rt.provider)
+	if handshake && req.Method == http.MethodOptions {
+		return r.handshake(w, req, res)
+	}
 	if req.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
+		allow := http.MethodPost
+		if handshake {
+			allow = http.MethodOptions + ", " + http.MethodPost
+		}
+		w.Header().Set("Allow", allow)
 		return res.with(http.StatusMethodNotAllowed, "webhooks are POSTed")
 	}
 	if !webhook.Known(rt.provider) {
@@ -176,7 +187,11 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request) result {
 		return res.with(http.StatusTooManyRequests, "the receiver's rate limit is exceeded; retry later")
 	}
 	scope := rt.provider + "/" + res.receiver
-	d := r.deliver(req.Context(), r.seen, bodyKey(scope, body), rt.namespace, evs)
+	key := bodyKey(scope, body)
+	if webhook.DedupByID(rt.provider) {
+		key = idKey(scope, evs)
+	}
+	d := r.deliver(req.Context(), r.seen, key, rt.namespace, evs)
 	d.provider, d.receiver = res.provider, res.receiver
 	return d
 }

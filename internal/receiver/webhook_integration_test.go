@@ -28,6 +28,7 @@ var providerCases = []struct {
 	{"distribution", "registrycluster.local/library/test", "library/test", "latest"},
 	{"dockerhub", "svendowideit/testhook", "svendowideit/testhook", "latest"},
 	{"ecr", "123456789012.dkr.ecr.us-west-2.amazonaws.com/my-repository-name", "my-repository-name", "latest"},
+	{"eventgrid", "demo.azurecr.io/group1/testrepo", "group1/testrepo", "v1"},
 	{"gar", "us-east1-docker.pkg.dev/my-project/my-repo/hello-world", "my-project/my-repo/hello-world", "1.1"},
 	{"generic", "ghcr.io/example/app", "example/app", "v1.2.3"},
 	{"github", "ghcr.io/codertocat/hello-world", "codertocat/hello-world", "latest"},

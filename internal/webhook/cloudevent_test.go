@@ -6,7 +6,7 @@ import (
 
 func TestParseCloudEvent(t *testing.T) {
 	cdevent := load(t, "cdevents")
-	eventgrid := load(t, "eventgrid")
+	eventgrid := load(t, "eventgrid-data")
 	eventarc := load(t, "eventarc")
 	const (
 		cdType    = "dev.cdevents.artifact.published.0.2.0"

@@ -38,6 +38,7 @@ var docAuth = map[string]struct {
 	"acr":          {"Bearer <token>", bearer},
 	"distribution": {"Bearer <token>", bearer},
 	"ecr":          {"Bearer <token>", bearer},
+	"eventgrid":    {"Bearer <token>", bearer},
 	"dockerhub":    {"?token=<token>", queryTok},
 	"quay":         {"?token=<token>", queryTok},
 	"gar":          {"?token=<token>", queryTok},

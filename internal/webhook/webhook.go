@@ -10,7 +10,8 @@
 //	nexus              X-Nexus-Webhook-Signature: <hex HMAC-SHA1 of the body>
 //	jfrog              X-JFrog-Event-Auth: <hex HMAC-SHA256 of the body> or the token
 //	harbor, acr,       Authorization: <token> or Bearer <token>
-//	distribution, ecr
+//	distribution, ecr,
+//	eventgrid
 //	dockerhub, quay,   ?token=<token>
 //	gar
 //
@@ -64,6 +65,12 @@ type parser func(req Request) ([]Event, error)
 type provider struct {
 	verify verifier
 	parse  parser
+	// byID marks a provider whose events carry the sender's own ids for every delivery, so
+	// that a delivery is recognised by them rather than by its body (see DedupByID).
+	byID bool
+	// handshake marks a provider whose sender validates the endpoint with the CloudEvents
+	// webhook handshake (see Handshake).
+	handshake bool
 }
 
 // providers is the registry of HTTP providers by the name used in the receiver's URL.
@@ -75,6 +82,7 @@ var providers = map[string]provider{
 	"acr":          {verify: authorizationToken, parse: parseACR},
 	"distribution": {verify: authorizationToken, parse: parseDistribution},
 	"ecr":          {verify: authorizationToken, parse: parseECR},
+	"eventgrid":    {verify: authorizationToken, parse: parseEventGridDelivery, byID: true, handshake: true},
 	"dockerhub":    {verify: queryToken, parse: parseDockerHub},
 	"quay":         {verify: queryToken, parse: parseQuay},
 	"gar":          {verify: queryToken, parse: parseGAR},
@@ -85,6 +93,20 @@ var providers = map[string]provider{
 func Known(provider string) bool {
 	_, ok := providers[provider]
 	return ok
+}
+
+// DedupByID reports whether a delivery of provider is recognised by the DeliveryIDs of its
+// events, which are the sender's own ids, rather than by its body: a sender that retries may
+// send the same events in another body (another batch).
+func DedupByID(provider string) bool {
+	return providers[provider].byID
+}
+
+// Handshake reports whether provider's sender validates the endpoint before it delivers, with
+// the CloudEvents webhook abuse-protection handshake: an HTTP OPTIONS request that carries
+// WebHook-Request-Origin, and no token.
+func Handshake(provider string) bool {
+	return providers[provider].handshake
 }
 
 // Providers returns the names of the HTTP providers, sorted.
@@ -147,8 +169,12 @@ func quote(s string) string {
 // with nothing left can say why in one line.
 type skipped []string
 
+// maxSkipped bounds the reasons kept, so that a payload of many odd entries still makes a
+// short message.
+const maxSkipped = 3
+
 func (s *skipped) add(reason string) {
-	if !slices.Contains(*s, reason) {
+	if len(*s) <= maxSkipped && !slices.Contains(*s, reason) {
 		*s = append(*s, reason)
 	}
 }
@@ -156,6 +182,9 @@ func (s *skipped) add(reason string) {
 func (s skipped) err(total int, what string) error {
 	if len(s) == 0 {
 		return ignored("no %s", what)
+	}
+	if len(s) > maxSkipped {
+		s = append(s[:maxSkipped:maxSkipped], "...")
 	}
 	return ignored("none of %d %s applies (%s)", total, what, strings.Join(s, "; "))
 }

@@ -71,7 +71,7 @@ func signedWith(provider string, secret, body []byte, opts ...option) Request {
 		r.Query.Set("host", nexusHost)
 	case "jfrog":
 		r.Header.Set("X-JFrog-Event-Auth", hexMAC(sha256.New, secret, body))
-	case "harbor", "acr", "distribution", "ecr":
+	case "harbor", "acr", "distribution", "ecr", "eventgrid":
 		r.Header.Set("Authorization", "Bearer "+string(secret))
 	case "dockerhub", "quay", "gar":
 		r.Query.Set("token", string(secret))
@@ -176,7 +176,7 @@ func TestParseUnknownProvider(t *testing.T) {
 }
 
 func TestProviders(t *testing.T) {
-	want := []string{"acr", "distribution", "dockerhub", "ecr", "gar", "generic", "github", "harbor", "jfrog", "nexus", "quay"}
+	want := []string{"acr", "distribution", "dockerhub", "ecr", "eventgrid", "gar", "generic", "github", "harbor", "jfrog", "nexus", "quay"}
 	if got := Providers(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Providers() = %v", got)
 	}
