@@ -477,6 +477,67 @@ func TestAttacksIntegration(t *testing.T) {
 		a.unchanged(t, before, "oversized input")
 	})
 
+	// Event Grid's receiver: its handshake needs no token and changes nothing, other paths do
+	// not answer one, an oversized origin is neither echoed nor logged, and its deliveries
+	// without the token are refused. These few requests from 127.0.0.1 spend a few of that
+	// address's budget, which the probes below also draw on.
+	t.Run("Event Grid's handshake and forged deliveries change nothing", func(t *testing.T) {
+		options := func(path string, header map[string]string) (int, http.Header) {
+			t.Helper()
+			req, _ := http.NewRequest(http.MethodOptions, a.ScanURL+path, nil)
+			for k, v := range header {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode, resp.Header
+		}
+		origin := map[string]string{"WebHook-Request-Origin": "eventgrid.azure.net"}
+		for _, path := range []string{"/hook/eventgrid/default", "/hook/eventgrid/no-such-namespace"} {
+			if code, h := options(path, origin); code != http.StatusOK || h.Get("WebHook-Allowed-Origin") != "eventgrid.azure.net" || h.Get("WebHook-Allowed-Rate") == "" {
+				t.Errorf("OPTIONS %s: %d %v, want 200 with consent", path, code, h)
+			}
+		}
+		huge := strings.Repeat("h", 512<<10)
+		if code, h := options("/hook/eventgrid/default", map[string]string{"WebHook-Request-Origin": huge}); code != http.StatusBadRequest || h.Get("WebHook-Allowed-Origin") != "" {
+			t.Errorf("OPTIONS with a 512 KiB origin: %d, want 400 without consent", code)
+		}
+		// Past the server's header limit (1 MiB) the request is refused before the handler.
+		if code, _ := options("/hook/eventgrid/default", map[string]string{"WebHook-Request-Origin": huge + huge + huge}); code != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("OPTIONS with a 1.5 MiB origin: %d, want 431", code)
+		}
+		for _, path := range []string{"/hook/distribution/default", "/hook/acr/default", "/broker"} {
+			if code, h := options(path, origin); code == http.StatusOK || h.Get("WebHook-Allowed-Origin") != "" {
+				t.Errorf("OPTIONS %s: %d %v, want no handshake", path, code, h)
+			}
+		}
+		pushed := fmt.Sprintf(`{"specversion":"1.0","id":"grid-1","source":"/attacker","type":"Microsoft.ContainerRegistry.ImagePushed",`+
+			`"data":{"action":"push","target":{"repository":"attack/app","tag":"1.0.0"},"request":{"host":%q}}}`, a.Registry)
+		for name, h := range map[string]map[string]string{
+			"no token":    {},
+			"wrong token": {"Authorization": "Bearer " + a.Token + "-wrong"},
+			"the origin":  {"Authorization": "eventgrid.azure.net", "WebHook-Request-Origin": "eventgrid.azure.net"},
+		} {
+			h["Content-Type"] = "application/cloudevents+json"
+			if code, body := send(t, a.ScanURL+"/hook/eventgrid/default", strings.NewReader(pushed), h); code != http.StatusUnauthorized {
+				t.Errorf("an Event Grid push, %s: %d %s, want 401", name, code, body)
+			}
+		}
+		// With the token, a delete is read and ignored.
+		deleted := strings.Replace(pushed, "ImagePushed", "ImageDeleted", 1)
+		if code, body := send(t, a.ScanURL+"/hook/eventgrid/default", strings.NewReader(deleted), map[string]string{"Authorization": "Bearer " + a.Token}); code != http.StatusOK || !strings.Contains(body, "ignored") {
+			t.Errorf("an Event Grid delete with the token: %d %s, want 200 ignored", code, body)
+		}
+		if b, _ := os.ReadFile(a.Log(stack.Scan)); strings.Contains(string(b), huge[:1024]) {
+			t.Error("the scan function logged the oversized origin")
+		}
+		a.unchanged(t, before, "Event Grid's handshake and forged deliveries")
+	})
+
 	t.Run("unknown namespaces and wrong tokens look alike and cost one listing", func(t *testing.T) {
 		body := fmt.Sprintf(`{"events":[{"id":"probe","action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","repository":"attack/app","tag":"1.0.0"},"request":{"host":%q}}]}`, a.Registry)
 		wrong := map[string]string{"Authorization": "Bearer " + a.Token + "-wrong"}
