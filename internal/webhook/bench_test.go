@@ -74,3 +74,25 @@ func BenchmarkParseLargeEnvelope(b *testing.B) {
 	}
 	b.ReportMetric(float64(n), "events/op")
 }
+
+// BenchmarkParseEventGridBatch measures the largest Event Grid batch accepted,
+// MaxEventGridBatch pushes of one repository each to a tag of its own.
+func BenchmarkParseEventGridBatch(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteByte('[')
+	for i := range MaxEventGridBatch {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"specversion":"1.0","id":"e-%d","source":"/subscriptions/s","type":%q,"data":{"action":"push","target":{"repository":"apps/api","tag":"v%d"},"request":{"host":"demo.azurecr.io"}}}`, i, EventGridImagePushed, i)
+	}
+	sb.WriteByte(']')
+	req := signed("eventgrid", []byte(sb.String()))
+	b.ReportAllocs()
+	b.SetBytes(int64(len(req.Body)))
+	for b.Loop() {
+		if evs, err := Parse("eventgrid", req, testSecret); err != nil || len(evs) != MaxEventGridBatch {
+			b.Fatalf("%d events: %v", len(evs), err)
+		}
+	}
+}
