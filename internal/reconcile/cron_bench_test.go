@@ -180,8 +180,9 @@ func (f *cronFixture) create(ctx context.Context, c *kube.Client, i int, scanTim
 		evaluated = "rev-older"
 	}
 	pst := v1.ImagePolicyStatus{
-		LatestRef:          &v1.ImageRef{Name: repo.Spec.Image, Tag: "1.0.0"},
-		ObservedGeneration: createdPol.Generation,
+		LatestRef:            &v1.ImageRef{Name: repo.Spec.Image, Tag: "1.0.0"},
+		ObservedGeneration:   createdPol.Generation,
+		ObservedTagsRevision: evaluated,
 		Conditions: []metav1.Condition{
 			{Type: v1.ReadyCondition, Status: metav1.ConditionTrue, Reason: v1.SucceededReason,
 				Message: "latest image tag is 1.0.0", LastTransitionTime: metav1.NewTime(scanTime)},
