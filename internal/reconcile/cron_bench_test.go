@@ -287,7 +287,7 @@ func (s *countingSink) sender(b *testing.B) *events.Sender {
 // reflector's API group (apiserver_request_total), by verb.
 func apiserverRequests(b *testing.B, env *testenv.Env) map[string]float64 {
 	b.Helper()
-	raw, err := env.Clientset().Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	raw, err := env.Get(context.Background(), "/metrics")
 	if err != nil {
 		b.Fatalf("reading the apiserver's metrics: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/imagereflector/reflector/internal/kube"
@@ -75,13 +76,18 @@ func TestCheckPolicySchemaIntegration(t *testing.T) {
 		t.Errorf("no warning in the log: %s", logs.String())
 	}
 	testenv.Eventually(t, 30*time.Second, func() error {
-		list, err := env.Clientset().CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+		list, err := env.Dynamic().Resource(schema.GroupVersionResource{Version: "v1", Resource: "events"}).
+			Namespace(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
 			FieldSelector: "involvedObject.kind=CustomResourceDefinition,involvedObject.name=" + kube.ImagePolicyCRD,
 		})
 		if err != nil {
 			return err
 		}
-		for _, e := range list.Items {
+		for _, item := range list.Items {
+			var e corev1.Event
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(item.Object, &e); err != nil {
+				return err
+			}
 			if e.Type == corev1.EventTypeWarning && e.Reason == reconcile.ReasonVerifyNotServed &&
 				e.InvolvedObject.UID == applied.GetUID() && strings.Contains(e.Message, "--components-extra=image-automation-controller") {
 				return nil
