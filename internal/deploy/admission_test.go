@@ -17,6 +17,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/clientset"
 )
 
 // admissionPolicy is the name of the admission-policy component's policy and binding.
@@ -40,7 +41,7 @@ func installAdmissionPolicy(t *testing.T, env *testenv.Env) {
 		installed = append(installed, obj)
 	}
 	t.Cleanup(func() {
-		vap := env.Clientset().AdmissionregistrationV1()
+		vap := clientset.For(env).AdmissionregistrationV1()
 		for _, obj := range installed {
 			var err error
 			switch obj.GetKind() {

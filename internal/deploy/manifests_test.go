@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/clientset"
 	"github.com/imagereflector/reflector/internal/webhook"
 )
 
@@ -216,7 +217,7 @@ type applier struct {
 func newApplier(env *testenv.Env) *applier {
 	return &applier{
 		dynamic: env.Dynamic(),
-		mapper:  restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(env.Clientset().Discovery())),
+		mapper:  restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(clientset.For(env).Discovery())),
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	kyaml "sigs.k8s.io/kustomize/kyaml/yaml"
 
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/clientset"
 )
 
 var (
@@ -407,7 +408,7 @@ func TestObjectLevelIdentityRBACIntegration(t *testing.T) {
 	// The apiserver is shared by the package's tests, which expect the default install: the
 	// component's grants go again, and the test waits until the authorizer has seen it.
 	t.Cleanup(func() {
-		rbac := env.Clientset().RbacV1()
+		rbac := clientset.For(env).RbacV1()
 		for _, obj := range added {
 			var err error
 			switch obj.GetKind() {
@@ -422,7 +423,7 @@ func TestObjectLevelIdentityRBACIntegration(t *testing.T) {
 		}
 		err := testenv.Poll(ctx, 30*time.Second, 20*time.Millisecond, func() error {
 			for _, sa := range serviceAccounts {
-				review, err := env.Clientset().AuthorizationV1().SubjectAccessReviews().Create(ctx, tokenReview(sa, "default"), metav1.CreateOptions{})
+				review, err := clientset.For(env).AuthorizationV1().SubjectAccessReviews().Create(ctx, tokenReview(sa, "default"), metav1.CreateOptions{})
 				if err != nil {
 					return err
 				}
@@ -610,7 +611,7 @@ func TestApiServerSourceAccessIntegration(t *testing.T) {
 			t.Fatalf("unexpected resource %v", m)
 		}
 		for _, verb := range []string{"get", "list", "watch"} {
-			review, err := env.Clientset().AuthorizationV1().SubjectAccessReviews().Create(context.Background(), sarFor(sa, ns, gv, plural[kind], verb), metav1.CreateOptions{})
+			review, err := clientset.For(env).AuthorizationV1().SubjectAccessReviews().Create(context.Background(), sarFor(sa, ns, gv, plural[kind], verb), metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

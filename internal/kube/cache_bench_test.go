@@ -42,12 +42,13 @@ func BenchmarkCacheHeld(b *testing.B) {
 			Digest: "sha256:0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"}
 		next.Status.ObservedPreviousRef = &v1.ImageRef{Name: image, Tag: "1.4.1"}
 		next.Status.ObservedGeneration = p.Generation
+		next.Status.ObservedTagsRevision = "sha256:9a8b7c6d5e4f30211203f4e5d6c7b8a99a8b7c6d5e4f30211203f4e5d6c7b8a9"
 		apimeta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: v1.ReadyCondition,
 			Status: metav1.ConditionTrue, Reason: v1.SucceededReason, ObservedGeneration: p.Generation,
 			Message: "Latest image tag for '" + image + "' updated from 1.4.1 to 1.4.2"})
 		apimeta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: v1.TagsEvaluatedCondition,
 			Status: metav1.ConditionTrue, Reason: v1.EvaluatedReason, ObservedGeneration: p.Generation,
-			Message: "sha256:9a8b7c6d5e4f30211203f4e5d6c7b8a99a8b7c6d5e4f30211203f4e5d6c7b8a9"})
+			Message: next.Status.ObservedTagsRevision})
 		if _, err := c.Policies.PatchStatus(ctx, p, next); err != nil {
 			b.Fatal(err)
 		}

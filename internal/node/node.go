@@ -35,8 +35,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/clientset"
 )
 
 const (
@@ -97,6 +99,9 @@ type Cluster struct {
 
 // Cgroup is the name of the node's cgroup, in every hierarchy: the kubelet's cgroupRoot.
 func (c *Cluster) Cgroup() string { return c.cgroup }
+
+// Clientset returns a typed client of the control plane with admin rights.
+func (c *Cluster) Clientset() kubernetes.Interface { return clientset.For(c.Env) }
 
 // Bin returns the path of a program that `make cluster-env` built: kubectl, kubelet and so on.
 func (c *Cluster) Bin(name string) string {

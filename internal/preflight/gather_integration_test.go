@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/clientset"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -89,7 +90,7 @@ func run(t *testing.T, env *testenv.Env) results {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := Gather(ctx, env.Clientset(), env.Dynamic())
+	c, err := Gather(ctx, clientset.For(env), env.Dynamic())
 	if err != nil {
 		t.Fatalf("Gather: %v", err)
 	}
@@ -121,7 +122,7 @@ func TestGatherIntegration(t *testing.T) {
 
 	results := run(t, env)
 	// The apiserver of `make testenv` is built without a release version; the node's is stamped.
-	if v, err := env.Clientset().Discovery().ServerVersion(); err != nil {
+	if v, err := clientset.For(env).Discovery().ServerVersion(); err != nil {
 		t.Fatal(err)
 	} else if strings.HasPrefix(v.GitVersion, "v0.0.0") {
 		results.expect(t, "Kubernetes", false, "no release version", "1.32")
@@ -169,7 +170,7 @@ func TestGatherIntegration(t *testing.T) {
 		}
 		for _, ns := range []string{"knative-serving", "knative-eventing"} {
 			patch, _ := json.Marshal(map[string]any{"data": flags})
-			if _, err := env.Clientset().CoreV1().ConfigMaps(ns).Patch(ctx, "config-features", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			if _, err := clientset.For(env).CoreV1().ConfigMaps(ns).Patch(ctx, "config-features", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}

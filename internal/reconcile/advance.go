@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/events"
@@ -79,7 +80,8 @@ func advanceable(pol *v1.ImagePolicy, token string, d *delta, image string) bool
 		return false
 	}
 	ev := apimeta.FindStatusCondition(st.Conditions, v1.TagsEvaluatedCondition)
-	return ev != nil && ev.Status == "True" && ev.ObservedGeneration == pol.Generation && ev.Message == d.from
+	return ev != nil && ev.Status == metav1.ConditionTrue && ev.ObservedGeneration == pol.Generation &&
+		st.ObservedTagsRevision != "" && st.ObservedTagsRevision == d.from
 }
 
 // Advance returns the latest image of a policy whose latest image over a tag list is latest,
@@ -115,10 +117,9 @@ func Advance(sel *policy.Selector, reflect v1.ReflectionPolicy, latest v1.ImageR
 // outcome may be older than it.
 var errStatusMoved = errors.New("the status records another tag revision since it was read; the outcome is not written")
 
-// evaluatedRevision is the tag revision pol's status records as evaluated.
+// evaluatedRevision is the tag revision pol's status records as evaluated ("" when it records
+// none: never evaluated, last written by another controller or an older reflector, or the field
+// pruned by a CRD without it).
 func evaluatedRevision(pol *v1.ImagePolicy) string {
-	if ev := apimeta.FindStatusCondition(pol.Status.Conditions, v1.TagsEvaluatedCondition); ev != nil {
-		return ev.Message
-	}
-	return ""
+	return pol.Status.ObservedTagsRevision
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
@@ -52,13 +51,6 @@ func digestOf(tag string) string {
 	}, tag)
 }
 
-func evaluatedRevision(p *v1.ImagePolicy) string {
-	if c := apimeta.FindStatusCondition(p.Status.Conditions, v1.TagsEvaluatedCondition); c != nil {
-		return c.Message
-	}
-	return ""
-}
-
 // TestAdvanceIntegration: a policy that read the revision a delta starts from advances by it
 // without reading the tag store, and writes the outcome; a delta that does not verify sends it to
 // the store instead; outcomes that arrive out of order or after access is withdrawn are written
@@ -93,8 +85,8 @@ func TestAdvanceIntegration(t *testing.T) {
 		}
 		p := f.Get(t, f.NS, "advance")
 		want := v1.ImageRef{Name: image, Tag: "1.3.0", Digest: digestOf("1.3.0")}
-		if p.Status.LatestRef == nil || *p.Status.LatestRef != want || evaluatedRevision(p) != c.Revision {
-			t.Fatalf("latestRef %s at revision %q; want %s at %q", evaltest.RefString(p.Status.LatestRef), evaluatedRevision(p), want, c.Revision)
+		if p.Status.LatestRef == nil || *p.Status.LatestRef != want || p.Status.ObservedTagsRevision != c.Revision {
+			t.Fatalf("latestRef %s at revision %q; want %s at %q", evaltest.RefString(p.Status.LatestRef), p.Status.ObservedTagsRevision, want, c.Revision)
 		}
 		evaltest.CheckReady(t, p, evaltest.WantReady{Status: metav1.ConditionTrue, Reason: v1.SucceededReason, Msg: "updated from 1.2.0 to 1.3.0", Stalled: false})
 	})
@@ -134,8 +126,8 @@ func TestAdvanceIntegration(t *testing.T) {
 			}
 		}
 		p := f.Get(t, f.NS, "order")
-		if p.Status.LatestRef.Tag != "1.2.0" || evaluatedRevision(p) != second.Revision {
-			t.Fatalf("latestRef %s at %q; want 1.2.0 at %q", evaltest.RefString(p.Status.LatestRef), evaluatedRevision(p), second.Revision)
+		if p.Status.LatestRef.Tag != "1.2.0" || p.Status.ObservedTagsRevision != second.Revision {
+			t.Fatalf("latestRef %s at %q; want 1.2.0 at %q", evaltest.RefString(p.Status.LatestRef), p.Status.ObservedTagsRevision, second.Revision)
 		}
 		for _, tag := range seen() {
 			if tag != "1.0.0" && tag != "1.2.0" {

@@ -70,8 +70,8 @@ func TestAdvanceIntegrationFromWatchedRepository(t *testing.T) {
 		t.Fatalf("EvaluateChange = %+v, %v", outs, err)
 	}
 	for _, p := range []struct{ ns, name string }{{f.NS, "own"}, {other, "cross"}} {
-		if got := f.Get(t, p.ns, p.name); got.Status.LatestRef.Tag != "1.3.0" || evaluatedRevision(got) != c.Revision {
-			t.Errorf("%s: latestRef %s at %q, want 1.3.0 at %q", p.name, evaltest.RefString(got.Status.LatestRef), evaluatedRevision(got), c.Revision)
+		if got := f.Get(t, p.ns, p.name); got.Status.LatestRef.Tag != "1.3.0" || got.Status.ObservedTagsRevision != c.Revision {
+			t.Errorf("%s: latestRef %s at %q, want 1.3.0 at %q", p.name, evaltest.RefString(got.Status.LatestRef), got.Status.ObservedTagsRevision, c.Revision)
 		}
 	}
 	// The policy of another namespace read the repository once; its own namespace's did not.
@@ -214,8 +214,8 @@ func TestEvaluateIntegrationPushDuringFirstEvaluation(t *testing.T) {
 		t.Fatal("the evaluation wrote no status")
 	}
 	got := f.Get(t, f.NS, "late")
-	if want := f.revision(t, f.NS, "app"); got.Status.LatestRef.Tag != "1.3.0" || evaluatedRevision(got) != want {
-		t.Errorf("latestRef %s at %q, want 1.3.0 at %q (the push's)", evaltest.RefString(got.Status.LatestRef), evaluatedRevision(got), want)
+	if want := f.revision(t, f.NS, "app"); got.Status.LatestRef.Tag != "1.3.0" || got.Status.ObservedTagsRevision != want {
+		t.Errorf("latestRef %s at %q, want 1.3.0 at %q (the push's)", evaltest.RefString(got.Status.LatestRef), got.Status.ObservedTagsRevision, want)
 	}
 }
 
@@ -310,8 +310,8 @@ func TestEvaluateIntegrationFirstTagsDuringFirstEvaluation(t *testing.T) {
 				t.Fatal("the evaluation wrote no status")
 			}
 			got := f.Get(t, f.NS, "early")
-			if want := f.revision(t, f.NS, "app"); got.Status.LatestRef.Tag != "1.2.0" || evaluatedRevision(got) != want {
-				t.Errorf("latestRef %s at %q, want 1.2.0 at %q (the first scan's)", evaltest.RefString(got.Status.LatestRef), evaluatedRevision(got), want)
+			if want := f.revision(t, f.NS, "app"); got.Status.LatestRef.Tag != "1.2.0" || got.Status.ObservedTagsRevision != want {
+				t.Errorf("latestRef %s at %q, want 1.2.0 at %q (the first scan's)", evaltest.RefString(got.Status.LatestRef), got.Status.ObservedTagsRevision, want)
 			}
 		})
 	}

@@ -180,8 +180,9 @@ func (f *cronFixture) create(ctx context.Context, c *kube.Client, i int, scanTim
 		evaluated = "rev-older"
 	}
 	pst := v1.ImagePolicyStatus{
-		LatestRef:          &v1.ImageRef{Name: repo.Spec.Image, Tag: "1.0.0"},
-		ObservedGeneration: createdPol.Generation,
+		LatestRef:            &v1.ImageRef{Name: repo.Spec.Image, Tag: "1.0.0"},
+		ObservedGeneration:   createdPol.Generation,
+		ObservedTagsRevision: evaluated,
 		Conditions: []metav1.Condition{
 			{Type: v1.ReadyCondition, Status: metav1.ConditionTrue, Reason: v1.SucceededReason,
 				Message: "latest image tag is 1.0.0", LastTransitionTime: metav1.NewTime(scanTime)},
@@ -286,7 +287,7 @@ func (s *countingSink) sender(b *testing.B) *events.Sender {
 // reflector's API group (apiserver_request_total), by verb.
 func apiserverRequests(b *testing.B, env *testenv.Env) map[string]float64 {
 	b.Helper()
-	raw, err := env.Clientset().Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	raw, err := env.Get(context.Background(), "/metrics")
 	if err != nil {
 		b.Fatalf("reading the apiserver's metrics: %v", err)
 	}

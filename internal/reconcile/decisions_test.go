@@ -26,8 +26,9 @@ func evaluatedPolicy(rev string, edit ...func(*v1.ImagePolicy)) *v1.ImagePolicy 
 		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "app", Generation: 2, UID: "u1",
 			Annotations: map[string]string{v1.ReconcileRequestAnnotation: "r1"}},
 		Status: v1.ImagePolicyStatus{
-			ObservedGeneration: 2,
-			LatestRef:          &v1.ImageRef{Name: "ghcr.io/org/app", Tag: "1.0.0"},
+			ObservedGeneration:   2,
+			ObservedTagsRevision: rev,
+			LatestRef:            &v1.ImageRef{Name: "ghcr.io/org/app", Tag: "1.0.0"},
 			Conditions: []metav1.Condition{
 				{Type: v1.ReadyCondition, Status: metav1.ConditionTrue, Reason: v1.SucceededReason, ObservedGeneration: 2},
 				{Type: v1.TagsEvaluatedCondition, Status: metav1.ConditionTrue, Reason: v1.EvaluatedReason,
@@ -76,6 +77,10 @@ func TestAdvanceable(t *testing.T) {
 		{"never evaluated", evaluatedPolicy("sha256:a", func(p *v1.ImagePolicy) {
 			p.Status.Conditions = p.Status.Conditions[:1]
 		}), "r1", "ghcr.io/org/app", false},
+		// An older reflector kept the revision in the message only; Flux's CRD prunes the field.
+		{"revision in the message only", evaluatedPolicy("", func(p *v1.ImagePolicy) {
+			condition(p, v1.TagsEvaluatedCondition).Message = "sha256:a"
+		}), "r1", "ghcr.io/org/app", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,6 +104,9 @@ func TestUnchanged(t *testing.T) {
 		{"same inputs, another process", evaluatedPolicy("sha256:a"), in, false, false},
 		{"another revision", evaluatedPolicy("sha256:a"), policyInputs{uid: "u1", generation: 2, request: "r1", revision: "sha256:b", image: "ghcr.io/org/app"}, true, false},
 		{"status of another revision", evaluatedPolicy("sha256:z"), in, true, false},
+		{"revision in the message only", evaluatedPolicy("", func(p *v1.ImagePolicy) {
+			condition(p, v1.TagsEvaluatedCondition).Message = "sha256:a"
+		}), in, true, false},
 		{"digests reflected Always", evaluatedPolicy("sha256:a", func(p *v1.ImagePolicy) {
 			p.Spec.DigestReflectionPolicy = v1.ReflectAlways
 		}), in, true, false},

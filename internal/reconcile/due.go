@@ -132,7 +132,7 @@ func PolicyDue(pol *v1.ImagePolicy, repoRevision string, w Window) string {
 	}
 	ready := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition)
 	if ready != nil && ready.Status == metav1.ConditionTrue && repoRevision != "" {
-		if ev := apimeta.FindStatusCondition(st.Conditions, v1.TagsEvaluatedCondition); ev == nil || ev.Message != repoRevision {
+		if st.ObservedTagsRevision != repoRevision {
 			return DueTagsChanged
 		}
 	}

@@ -196,6 +196,7 @@ func TestPolicyDue(t *testing.T) {
 		t.Errorf("Never: %d refreshes an hour", n)
 	}
 	evaluated := policy(func(p *v1.ImagePolicy) {
+		p.Status.ObservedTagsRevision = "rev-1"
 		p.Status.Conditions = append(p.Status.Conditions, metav1.Condition{Type: v1.TagsEvaluatedCondition, Status: metav1.ConditionTrue, Message: "rev-1"})
 	})
 	if got := PolicyDue(evaluated, "rev-1", w); got != "" {
@@ -206,6 +207,14 @@ func TestPolicyDue(t *testing.T) {
 	}
 	if got := PolicyDue(policy(), "rev-1", w); got != DueTagsChanged {
 		t.Errorf("never evaluated against a revision: %q", got)
+	}
+	// Written by a reflector that kept the revision in the message only, or by Flux's controller,
+	// or with the field pruned by Flux's CRD: evaluated again, which writes the field.
+	unrecorded := policy(func(p *v1.ImagePolicy) {
+		p.Status.Conditions = append(p.Status.Conditions, metav1.Condition{Type: v1.TagsEvaluatedCondition, Status: metav1.ConditionTrue, Message: "rev-1"})
+	})
+	if got := PolicyDue(unrecorded, "rev-1", w); got != DueTagsChanged {
+		t.Errorf("the revision in the message only: %q, want %q", got, DueTagsChanged)
 	}
 	notReady := policy(func(p *v1.ImagePolicy) {
 		p.Status.Conditions = []metav1.Condition{{Type: v1.ReadyCondition, Status: metav1.ConditionFalse}}

@@ -580,8 +580,10 @@ func (r resolution) apply(st *v1.ImagePolicyStatus) (changed bool, previous *v1.
 		st.LastHandledReconcileAt = r.request
 	}
 	markSucceeded(&st.Conditions, r.generation, withNote(readyMessage(st), r.note))
-	// The cron reconciler compares this with the repository's revision to find policies
-	// whose TagsChanged event was lost.
+	// The cron reconciler compares the revision with the repository's to find policies whose
+	// TagsChanged event was lost. The condition's message repeats it for people (and for a
+	// reflector of before the field, rolled back to, which compares the message).
+	st.ObservedTagsRevision = r.revision
 	set(&st.Conditions, metav1.Condition{Type: v1.TagsEvaluatedCondition, Status: metav1.ConditionTrue, Reason: r.evaluated,
 		Message: r.revision, ObservedGeneration: r.generation})
 	return changed, previous
@@ -734,7 +736,7 @@ func (e *Evaluator) unchanged(pol *v1.ImagePolicy, in policyInputs) bool {
 		!apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition) || skippedUnverified(st.Conditions) {
 		return false
 	}
-	if ev := apimeta.FindStatusCondition(st.Conditions, v1.TagsEvaluatedCondition); ev == nil || ev.Message != in.revision {
+	if st.ObservedTagsRevision != in.revision || apimeta.FindStatusCondition(st.Conditions, v1.TagsEvaluatedCondition) == nil {
 		return false
 	}
 	e.mu.Lock()

@@ -41,7 +41,7 @@ func newCloudFixture(t *testing.T) *cloudFixture {
 	t.Helper()
 	env := testenv.Kube(t)
 	kc, ns := env.Client(t), env.Namespace(t)
-	c := testenv.NewClouds(t, env.Clientset())
+	c := testenv.NewClouds(t, env.Client(t).TokenReviews)
 	c.Setenv(t)
 	for _, reg := range c.Registries() {
 		reg.Push(t, "team/app", "1.0.0", "1.1.0")

@@ -29,6 +29,7 @@ import (
 	"github.com/imagereflector/reflector/internal/events"
 	"github.com/imagereflector/reflector/internal/stack"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/clientset"
 )
 
 // The OIDC set-up of the stack: the senders' ServiceAccounts live in brokerNamespace, and each
@@ -185,7 +186,7 @@ func (a *attackStack) rss(t *testing.T) (now, peak int64) {
 // own apiserver_request_total.
 func (a *attackStack) secretRequests(t *testing.T) int {
 	t.Helper()
-	b, err := a.Env.Clientset().CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	b, err := clientset.For(a.Env).CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ import (
 	imagev1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/stack"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/clientset"
 )
 
 const directManifests = `apiVersion: image.toolkit.fluxcd.io/v1
@@ -166,7 +167,7 @@ func profileAPIServer(b *testing.B, s *stack.Stack, out string) (wait func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		raw, err := s.Env.Clientset().Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		raw, err := clientset.For(s.Env).Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").
 			Param("seconds", "15").DoRaw(context.Background())
 		if err == nil {
 			err = os.WriteFile(out, raw, 0o644)
@@ -875,7 +876,7 @@ func settleFor(b *testing.B, quiet, within time.Duration, count func() float64) 
 // (apiserver_request_total of the verbs that write), by resource and subresource.
 func apiserverWrites(b *testing.B, s *stack.Stack) map[string]float64 {
 	b.Helper()
-	raw, err := s.Env.Clientset().Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	raw, err := clientset.For(s.Env).Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
 		b.Fatalf("reading the apiserver's metrics: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/imagereflector/reflector/internal/cloudauth"
 	"github.com/imagereflector/reflector/internal/stack"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/clientset"
 )
 
 const cloudManifests = `apiVersion: image.toolkit.fluxcd.io/v1
@@ -53,11 +54,11 @@ func TestCloudWebhooksEndToEndIntegration(t *testing.T) {
 	clouds.Setenv(t)
 	env := append(clouds.ProcessEnv(t), "REFLECTOR_FEATURE_GATES="+cloudauth.ObjectLevelWorkloadIdentity+"=true")
 	s := start(t, stack.Options{CronEvery: time.Hour, Env: map[string][]string{stack.Scan: env, stack.Policy: env}})
-	clouds.ReviewWith(s.Env.Clientset())
+	clouds.ReviewWith(s.Env.Client(t).TokenReviews)
 
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "ecr-puller", Namespace: "default",
 		Annotations: map[string]string{cloudauth.AWSRoleARNAnnotation: ecrRole}}}
-	if _, err := s.Env.Clientset().CoreV1().ServiceAccounts("default").Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+	if _, err := clientset.For(s.Env).CoreV1().ServiceAccounts("default").Create(ctx, sa, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	clouds.AllowAWSRole(ecrRole, "default", "ecr-puller")

@@ -108,7 +108,8 @@ func TestStoreOfAnEarlierVersionIntegration(t *testing.T) {
 		t.Fatalf("policy status without %s: %+v", v1.TagsEvaluatedCondition, st.Conditions)
 	}
 	ev.Message = rev
-	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"latestRef": st.LatestRef, "conditions": st.Conditions}})
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"latestRef": st.LatestRef, "conditions": st.Conditions,
+		"observedTagsRevision": rev}})
 	gvr := schema.GroupVersionResource{Group: v1.GroupVersion.Group, Version: v1.GroupVersion.Version, Resource: "imagepolicies"}
 	if _, err := s.Env.Dynamic().Resource(gvr).Namespace("default").Patch(ctx, "hostile-alphabetical", types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)

@@ -212,9 +212,8 @@ func TestHeldAnnouncementsIntegration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev := apimeta.FindStatusCondition(got.Status.Conditions, imagev1.TagsEvaluatedCondition)
-		if ev == nil || r.Status.LastScanResult == nil || ev.Message != r.Status.LastScanResult.Revision {
-			t.Fatalf("ImagePolicy order records %+v; want the repository's revision %+v", ev, r.Status.LastScanResult)
+		if r.Status.LastScanResult == nil || got.Status.ObservedTagsRevision != r.Status.LastScanResult.Revision {
+			t.Fatalf("ImagePolicy order records revision %q; want the repository's revision %+v", got.Status.ObservedTagsRevision, r.Status.LastScanResult)
 		}
 	})
 

@@ -20,6 +20,7 @@ import (
 
 	imagev1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/stack"
+	"github.com/imagereflector/reflector/internal/testenv/clientset"
 )
 
 const waveManifests = `apiVersion: image.toolkit.fluxcd.io/v1
@@ -370,7 +371,7 @@ func waveIndex(policy string) (int, bool) {
 func cpuSeconds(b *testing.B, s *stack.Stack) map[string]float64 {
 	b.Helper()
 	out := map[string]float64{}
-	raw, err := s.Env.Clientset().Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	raw, err := clientset.For(s.Env).Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
 		b.Fatalf("reading the apiserver's metrics: %v", err)
 	}

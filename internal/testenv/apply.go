@@ -3,21 +3,20 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/restmapper"
 
 	"github.com/imagereflector/reflector/config/crd"
 )
@@ -66,23 +65,19 @@ func (e *Env) Apply(ctx context.Context, namespace string, manifests []byte) ([]
 	if err != nil {
 		return nil, err
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(e.clientset.Discovery()))
+	resources := map[schema.GroupVersion]*metav1.APIResourceList{}
 	var out []*unstructured.Unstructured
 	for _, obj := range objs {
 		gvk := obj.GroupVersionKind()
-		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		mapping, err := e.resourceOf(ctx, resources, gvk)
 		if err != nil {
-			// A CRD applied a moment ago may not be in the cached discovery yet.
-			mapper.Reset()
-			if mapping, err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
-				return out, fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
-			}
+			return out, fmt.Errorf("%s %s: %w", gvk.Kind, obj.GetName(), err)
 		}
-		res := e.dynamic.Resource(mapping.Resource)
+		res := e.dynamic.Resource(gvk.GroupVersion().WithResource(mapping.Name))
 		var client interface {
 			Apply(context.Context, string, *unstructured.Unstructured, metav1.ApplyOptions, ...string) (*unstructured.Unstructured, error)
 		} = res
-		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		if mapping.Namespaced {
 			ns := obj.GetNamespace()
 			if ns == "" {
 				ns = namespace
@@ -100,6 +95,40 @@ func (e *Env) Apply(ctx context.Context, namespace string, manifests []byte) ([]
 		out = append(out, applied)
 	}
 	return out, nil
+}
+
+// resourceOf finds the resource of kind gvk in the apiserver's discovery document of its group
+// version, which resources caches for one Apply. A group version read before a CRD applied by
+// the same Apply was served is read again when the kind is missing from it.
+func (e *Env) resourceOf(ctx context.Context, resources map[schema.GroupVersion]*metav1.APIResourceList, gvk schema.GroupVersionKind) (metav1.APIResource, error) {
+	gv := gvk.GroupVersion()
+	for range 2 {
+		list := resources[gv]
+		if list == nil {
+			path := "/apis/" + gv.String()
+			if gv.Group == "" {
+				path = "/api/" + gv.Version
+			}
+			body, err := e.Get(ctx, path)
+			if err != nil && !errors.Is(err, errNotServed) {
+				return metav1.APIResource{}, err
+			}
+			list = &metav1.APIResourceList{}
+			if err == nil {
+				if err := json.Unmarshal(body, list); err != nil {
+					return metav1.APIResource{}, fmt.Errorf("discovery of %s: %w", gv, err)
+				}
+			}
+			resources[gv] = list
+		}
+		for _, r := range list.APIResources {
+			if r.Kind == gvk.Kind && !strings.Contains(r.Name, "/") {
+				return r, nil
+			}
+		}
+		delete(resources, gv)
+	}
+	return metav1.APIResource{}, fmt.Errorf("the apiserver serves no kind %s in %s", gvk.Kind, gv)
 }
 
 // DecodeYAML splits a multi-document YAML stream into objects, skipping empty documents.

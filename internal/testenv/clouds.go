@@ -26,8 +26,6 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // Real host names of the cloud registries that Clouds serves.
@@ -94,7 +92,7 @@ type Clouds struct {
 	// ACRGovHost.
 	ECRChina, ACRChina, ACRGov *Registry
 
-	kube  kubernetes.Interface
+	kube  TokenReviewer
 	ca    *CA
 	front *httptest.Server
 	plain *httptest.Server
@@ -130,9 +128,15 @@ type azureIssued struct {
 	who, resource string
 }
 
+// TokenReviewer asks an apiserver who a ServiceAccount token belongs to, as
+// kube.Client.TokenReviews does.
+type TokenReviewer interface {
+	Create(ctx context.Context, review *authenticationv1.TokenReview) (*authenticationv1.TokenReview, error)
+}
+
 // NewClouds starts the fakes and registries for the test; kube reviews ServiceAccount tokens
 // (nil: set it later with ReviewWith, before any login).
-func NewClouds(t testing.TB, kube kubernetes.Interface) *Clouds {
+func NewClouds(t testing.TB, kube TokenReviewer) *Clouds {
 	t.Helper()
 	c := &Clouds{
 		kube:           kube,
@@ -221,7 +225,7 @@ func (c *Clouds) Registries() []*Registry {
 func (c *Clouds) AWSContainerCredentialsURL() string { return c.plain.URL + "/v1/credentials" }
 
 // ReviewWith sets the apiserver that reviews ServiceAccount tokens, for fakes started before it.
-func (c *Clouds) ReviewWith(kube kubernetes.Interface) {
+func (c *Clouds) ReviewWith(kube TokenReviewer) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.kube = kube
@@ -415,9 +419,9 @@ func (c *Clouds) review(ctx context.Context, token, audience string) (string, bo
 	c.mu.Lock()
 	kube := c.kube
 	c.mu.Unlock()
-	tr, err := kube.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+	tr, err := kube.Create(ctx, &authenticationv1.TokenReview{
 		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{audience}},
-	}, metav1.CreateOptions{})
+	})
 	if err != nil || !tr.Status.Authenticated {
 		return "", false
 	}

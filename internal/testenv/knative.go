@@ -267,7 +267,7 @@ func (e *Env) startKnativeComponent(ctx context.Context, c knativeComponent, bin
 		if err != nil {
 			return err
 		}
-		if v, err := e.clientset.Discovery().ServerVersion(); err == nil && strings.HasPrefix(v.GitVersion, "v0.0.0-") {
+		if v, err := e.serverVersion(ctx); err == nil && strings.HasPrefix(v, "v0.0.0-") {
 			// hack/testenv.sh builds kube-apiserver without a version stamp.
 			environ = append(environ, "KUBERNETES_MIN_VERSION=v0.0.0")
 		}
@@ -416,9 +416,11 @@ func (e *Env) knativeEnviron(ctx context.Context, dep *unstructured.Unstructured
 			continue
 		}
 		if ref, ok, _ := unstructured.NestedStringMap(m, "valueFrom", "configMapKeyRef"); ok {
-			cm, err := e.clientset.CoreV1().ConfigMaps(namespace).Get(ctx, ref["name"], metav1.GetOptions{})
+			cm, err := e.dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).
+				Namespace(namespace).Get(ctx, ref["name"], metav1.GetOptions{})
 			if err == nil {
-				environ = append(environ, name+"="+cm.Data[ref["key"]])
+				value, _, _ := unstructured.NestedString(cm.Object, "data", ref["key"])
+				environ = append(environ, name+"="+value)
 			} else {
 				// Images of optional features whose ConfigMaps are not in config/core.
 				environ = append(environ, name+"=ko.local/"+strings.ToLower(name))
@@ -523,4 +525,19 @@ func requiredModuleDir(ctx context.Context, modDir, dep string) (string, error) 
 		return "", fmt.Errorf("%s/go.mod does not require %s", modDir, dep)
 	}
 	return moduleDir(ctx, dep+"@"+string(m[1]))
+}
+
+// serverVersion is the apiserver's gitVersion, as /version reports it.
+func (e *Env) serverVersion(ctx context.Context) (string, error) {
+	body, err := e.Get(ctx, "/version")
+	if err != nil {
+		return "", err
+	}
+	var v struct {
+		GitVersion string `json:"gitVersion"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		return "", fmt.Errorf("the apiserver's /version: %w", err)
+	}
+	return v.GitVersion, nil
 }

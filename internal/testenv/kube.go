@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -22,7 +23,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -41,12 +41,16 @@ type Env struct {
 	// APIServerURL is the apiserver's https address.
 	APIServerURL string
 
-	clientset kubernetes.Interface
-	dynamic   dynamic.Interface
-	pki       *pki
-	wrap      func(argv []string) []string
-	probe     *http.Client
-	procs     []*process
+	// admin is an HTTP client with the admin credentials, for the requests that no typed
+	// client makes: readiness and discovery. client-go's clientset and discovery client would
+	// link every API group's types into every test binary that starts an apiserver; tests that
+	// need the clientset take it from package clientset.
+	admin   *http.Client
+	dynamic dynamic.Interface
+	pki     *pki
+	wrap    func(argv []string) []string
+	probe   *http.Client
+	procs   []*process
 	// programs run against the apiserver (Knative's); Stop stops them together, first.
 	programs  []*process
 	temporary bool
@@ -257,7 +261,7 @@ func (e *Env) startAPIServer(ctx context.Context, bin, etcdURL string, opts Opti
 			Burst: 2000,
 			Dial:  dial,
 		}
-		if e.clientset, err = kubernetes.NewForConfig(e.Config); err != nil {
+		if e.admin, err = rest.HTTPClientFor(e.Config); err != nil {
 			return err
 		}
 		if e.dynamic, err = dynamic.NewForConfig(e.Config); err != nil {
@@ -266,11 +270,8 @@ func (e *Env) startAPIServer(ctx context.Context, bin, etcdURL string, opts Opti
 		return e.waitStarted(ctx, proc, 60*time.Second, port != 0, func() error {
 			cctx, cancel := context.WithTimeout(ctx, e.probe.Timeout)
 			defer cancel()
-			body, err := e.clientset.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(cctx)
-			if err != nil {
-				return fmt.Errorf("%w: %s", err, body)
-			}
-			return nil
+			_, err := e.Get(cctx, "/readyz")
+			return err
 		})
 	})
 }
@@ -297,8 +298,33 @@ func (e *Env) CAFile() string { return e.pki.caCert }
 // ServiceAccountKeyFile is the path of the key that signs service-account tokens.
 func (e *Env) ServiceAccountKeyFile() string { return e.pki.saKey }
 
-// Clientset returns a typed client with admin rights.
-func (e *Env) Clientset() kubernetes.Interface { return e.clientset }
+// Get reads path (/metrics, /version, a discovery document) from the apiserver with the admin
+// credentials and returns the body of a 200.
+func (e *Env) Get(ctx context.Context, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.APIServerURL+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := e.admin.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return body, nil
+	case http.StatusNotFound:
+		return nil, fmt.Errorf("GET %s: %w", path, errNotServed)
+	}
+	return nil, fmt.Errorf("GET %s: %s: %s", path, resp.Status, body)
+}
+
+// errNotServed is the error of Get for a path that the apiserver answers with 404.
+var errNotServed = errors.New("not served")
 
 // Dynamic returns a dynamic client with admin rights.
 func (e *Env) Dynamic() dynamic.Interface { return e.dynamic }

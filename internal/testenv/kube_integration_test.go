@@ -12,6 +12,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // TestStartRetriesTakenPortsIntegration hands etcd and then kube-apiserver, as the first port of
@@ -44,7 +46,7 @@ func TestStartRetriesTakenPortsIntegration(t *testing.T) {
 			t.Errorf("%s never said its port was taken: was it started on it?\n%s", name, b)
 		}
 	}
-	if _, err := env.Clientset().Discovery().ServerVersion(); err != nil {
+	if _, err := env.serverVersion(context.Background()); err != nil {
 		t.Errorf("the apiserver started on another port does not answer: %v", err)
 	}
 	if *picks != 6 {
@@ -72,11 +74,13 @@ func TestStartKnativeRetriesATakenWebhookPortIntegration(t *testing.T) {
 	if !AddrInUse(b) {
 		t.Errorf("the webhook never said its port was taken: was it started on it?")
 	}
-	svc, err := env.Clientset().CoreV1().Services("knative-serving").Get(context.Background(), "webhook", metav1.GetOptions{})
+	svc, err := env.Dynamic().Resource(schema.GroupVersionResource{Version: "v1", Resource: "services"}).
+		Namespace("knative-serving").Get(context.Background(), "webhook", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := svc.Spec.Ports[0].Port; int(p) == takenPort {
+	ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+	if p, _, _ := unstructured.NestedInt64(ports[0].(map[string]any), "port"); int(p) == takenPort {
 		t.Errorf("the webhook Service still names the taken port %d", p)
 	}
 }

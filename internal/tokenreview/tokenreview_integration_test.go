@@ -17,6 +17,7 @@ import (
 
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/clientset"
 	"github.com/imagereflector/reflector/internal/tokenreview"
 )
 
@@ -36,7 +37,7 @@ func countingClient(t *testing.T, env *testenv.Env, n *atomic.Int64) *kube.Clien
 func token(t *testing.T, env *testenv.Env, namespace string, audiences ...string) string {
 	t.Helper()
 	ctx := context.Background()
-	core := env.Clientset().CoreV1()
+	core := clientset.For(env).CoreV1()
 	if _, err := core.ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "sender"}}, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
 		t.Fatal(err)
 	}

@@ -462,11 +462,11 @@ func TestIntegrationVerifiedSelectionSignatureAnnounced(t *testing.T) {
 // revision returns the tag revision that policy name was last evaluated against.
 func (f *verifyFixture) revision(t *testing.T, name string) string {
 	t.Helper()
-	c := apimeta.FindStatusCondition(f.Get(t, f.NS, name).Status.Conditions, v1.TagsEvaluatedCondition)
-	if c == nil {
-		t.Fatalf("policy %s has no %s condition", name, v1.TagsEvaluatedCondition)
+	rev := f.Get(t, f.NS, name).Status.ObservedTagsRevision
+	if rev == "" {
+		t.Fatalf("policy %s records no evaluated tag revision", name)
 	}
-	return c.Message
+	return rev
 }
 
 // TestIntegrationVerifiedDigestIsReflected checks that latestRef.digest, where the policy

@@ -16,6 +16,7 @@ import (
 	v1 "github.com/imagereflector/reflector/internal/api/v1"
 	"github.com/imagereflector/reflector/internal/kube"
 	"github.com/imagereflector/reflector/internal/testenv"
+	"github.com/imagereflector/reflector/internal/testenv/clientset"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -353,7 +354,7 @@ func TestAPIIntegrationVerifyIsExplained(t *testing.T) {
 	var doc []byte
 	testenv.Eventually(t, 20*time.Second, func() error {
 		var err error
-		doc, err = env.Clientset().Discovery().RESTClient().Get().AbsPath("/openapi/v3/apis/image.toolkit.fluxcd.io/v1").DoRaw(ctx)
+		doc, err = clientset.For(env).Discovery().RESTClient().Get().AbsPath("/openapi/v3/apis/image.toolkit.fluxcd.io/v1").DoRaw(ctx)
 		if err == nil && !strings.Contains(string(doc), "matchOIDCIdentity") {
 			err = errors.New("the OpenAPI document does not describe spec.verify yet")
 		}

@@ -18,12 +18,10 @@ const (
 	ReconcilingCondition = "Reconciling"
 	// StalledCondition is present when reconciliation cannot go on without a change of the spec.
 	StalledCondition = "Stalled"
-	// TagsEvaluatedCondition is reflector's own condition on an ImagePolicy: its message is the
-	// tag revision (the ImageRepository's status.lastScanResult.revision) that the last
-	// successful evaluation read. The cron reconciler compares it with the repository's current
-	// revision, so a policy whose "tags changed" event was lost is still evaluated. Its reason
-	// is EvaluatedReason or SkippedUnverifiedReason. Flux's tooling ignores condition types it
-	// does not know.
+	// TagsEvaluatedCondition is reflector's own condition on an ImagePolicy, written by every
+	// successful evaluation with status.observedTagsRevision: its reason is EvaluatedReason or
+	// SkippedUnverifiedReason, and its message repeats, for people, the tag revision that the
+	// field records. Flux's tooling ignores condition types it does not know.
 	TagsEvaluatedCondition = "TagsEvaluated"
 )
 

@@ -217,6 +217,12 @@ type ImagePolicyStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// ObservedTagsRevision is the tag revision (the ImageRepository's
+	// status.lastScanResult.revision) that the last successful evaluation read. reflector's own
+	// field: Flux's ImagePolicy has none, and an apiserver serving Flux's CRD prunes it, which
+	// leaves the policy to be evaluated again rather than wrong.
+	// +optional
+	ObservedTagsRevision string `json:"observedTagsRevision,omitempty"`
 
 	ReconcileRequestStatus `json:",inline"`
 }
