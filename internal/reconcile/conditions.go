@@ -18,12 +18,14 @@ import (
 //     ProgressingWithRetry;
 //   - a failure only a spec change cures: Ready=False and Stalled=True with the reason.
 
-// markSucceeded records a successful reconciliation of generation.
-func markSucceeded(conds *[]metav1.Condition, generation int64, message string) {
-	set(conds, metav1.Condition{Type: v1.ReadyCondition, Status: metav1.ConditionTrue, Reason: v1.SucceededReason,
+// markSucceeded records a successful reconciliation of generation and tells whether the Ready
+// condition changed (its status, reason, message or generation).
+func markSucceeded(conds *[]metav1.Condition, generation int64, message string) (readyChanged bool) {
+	readyChanged = set(conds, metav1.Condition{Type: v1.ReadyCondition, Status: metav1.ConditionTrue, Reason: v1.SucceededReason,
 		Message: message, ObservedGeneration: generation})
 	apimeta.RemoveStatusCondition(conds, v1.ReconcilingCondition)
 	apimeta.RemoveStatusCondition(conds, v1.StalledCondition)
+	return readyChanged
 }
 
 // markFailed records a failure that is retried.
@@ -47,8 +49,8 @@ func markStalled(conds *[]metav1.Condition, generation int64, reason, message st
 // set is where every condition message is written, so it is where URL userinfo that an error
 // brought along is masked, and the registry text it may carry escaped and bounded (redact.Text),
 // whatever the error's origin: the API server refuses a whole status write for one condition
-// message over its limit.
-func set(conds *[]metav1.Condition, c metav1.Condition) {
+// message over its limit. It tells whether the condition changed.
+func set(conds *[]metav1.Condition, c metav1.Condition) (changed bool) {
 	c.Message = redact.Text(c.Message)
-	apimeta.SetStatusCondition(conds, c)
+	return apimeta.SetStatusCondition(conds, c)
 }

@@ -499,8 +499,7 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, latest *v1
 	res := resolutionOf(pol, latest, inputs, skipped)
 	note := res.note
 	out := PolicyOutcome{Namespace: pol.Namespace, Name: pol.Name, Result: PolicySucceeded, Latest: latest}
-	var wasReady bool
-	var oldMessage string
+	var wasReady, readyChanged bool
 	wctx, cancel := writeContext(ctx)
 	defer cancel()
 	started := evaluatedRevision(pol)
@@ -512,10 +511,7 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, latest *v1
 		}
 		st := &p.Status
 		wasReady = apimeta.IsStatusConditionTrue(st.Conditions, v1.ReadyCondition)
-		if c := apimeta.FindStatusCondition(st.Conditions, v1.ReadyCondition); c != nil {
-			oldMessage = c.Message
-		}
-		out.Changed, out.Previous = res.apply(st)
+		out.Changed, out.Previous, readyChanged = res.apply(st)
 		return nil
 	})
 	if err != nil {
@@ -524,7 +520,7 @@ func (e *Evaluator) succeed(ctx context.Context, pol *v1.ImagePolicy, latest *v1
 	}
 	markStep(ctx, "written")
 	e.remember(pol, inputs)
-	normal, warning := successEvents{changed: out.Changed, wasReady: wasReady, oldMessage: oldMessage, note: note}.of(&updated.Status)
+	normal, warning := successEvents{changed: out.Changed, wasReady: wasReady, readyChanged: readyChanged, note: note}.of()
 	if normal {
 		e.Recorder.Normal(updated, v1.SucceededReason, readyMessage(&updated.Status))
 	}
@@ -568,7 +564,7 @@ func resolutionOf(pol *v1.ImagePolicy, latest *v1.ImageRef, inputs policyInputs,
 // apply writes r into st: latestRef (and observedPreviousRef when it changes), the request
 // handled, Ready=True with Flux's message and the note, and TagsEvaluated with the revision.
 // It returns whether latestRef changed, and the one it replaced.
-func (r resolution) apply(st *v1.ImagePolicyStatus) (changed bool, previous *v1.ImageRef) {
+func (r resolution) apply(st *v1.ImagePolicyStatus) (changed bool, previous *v1.ImageRef, readyChanged bool) {
 	if st.LatestRef == nil || *st.LatestRef != *r.latest {
 		changed, previous = true, st.LatestRef
 		st.ObservedPreviousRef = st.LatestRef
@@ -579,33 +575,32 @@ func (r resolution) apply(st *v1.ImagePolicyStatus) (changed bool, previous *v1.
 	if r.request != "" {
 		st.LastHandledReconcileAt = r.request
 	}
-	markSucceeded(&st.Conditions, r.generation, withNote(readyMessage(st), r.note))
+	readyChanged = markSucceeded(&st.Conditions, r.generation, withNote(readyMessage(st), r.note))
 	// The cron reconciler compares the revision with the repository's to find policies whose
 	// TagsChanged event was lost. The condition's message repeats it for people (and for a
 	// reflector of before the field, rolled back to, which compares the message).
 	st.ObservedTagsRevision = r.revision
 	set(&st.Conditions, metav1.Condition{Type: v1.TagsEvaluatedCondition, Status: metav1.ConditionTrue, Reason: r.evaluated,
 		Message: r.revision, ObservedGeneration: r.generation})
-	return changed, previous
+	return changed, previous, readyChanged
 }
 
 // successEvents is what a successful evaluation's Events depend on: whether latestRef changed,
-// whether the policy was Ready before and with which message, and the note on skipped tags.
+// whether the policy was Ready before, whether the evaluation changed its Ready condition, and
+// the note on skipped tags.
 type successEvents struct {
-	changed    bool
-	wasReady   bool
-	oldMessage string
-	note       string
+	changed      bool
+	wasReady     bool
+	readyChanged bool
+	note         string
 }
 
-// of tells which Events a success that left st records: a Normal one with Flux's message when
-// latestRef changed or the policy was not Ready; a Warning with the note when there is one and
-// latestRef changed or the Ready message did not already hold it.
-func (s successEvents) of(st *v1.ImagePolicyStatus) (normal, warning bool) {
+// of tells which Events a success records: a Normal one with Flux's message when latestRef
+// changed or the policy was not Ready; a Warning with the note when there is one and latestRef
+// or the Ready condition changed, so that a note already reported is not repeated.
+func (s successEvents) of() (normal, warning bool) {
 	normal = s.changed || !s.wasReady
-	// The stored message is bounded (set), so it is compared as stored.
-	message := redact.Text(withNote(readyMessage(st), s.note))
-	warning = s.note != "" && (s.changed || message != s.oldMessage)
+	warning = s.note != "" && (s.changed || s.readyChanged)
 	return normal, warning
 }
 

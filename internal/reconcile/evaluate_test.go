@@ -332,26 +332,39 @@ func TestKnownDigest(t *testing.T) {
 }
 
 // TestSuccessEvents carries the Event decisions of TestEvaluateIntegrationPolicyEdited and of
-// the verified selections' notes: which Events a successful evaluation records.
+// the verified selections' notes: which Events a successful evaluation records, from the Ready
+// condition it found and the one it wrote.
 func TestSuccessEvents(t *testing.T) {
-	st := &v1.ImagePolicyStatus{LatestRef: &v1.ImageRef{Name: "ghcr.io/org/app", Tag: "1.1.0"}}
+	latest := &v1.ImageRef{Name: "ghcr.io/org/app", Tag: "1.1.0"}
 	resolved := "Latest image tag for 'ghcr.io/org/app' resolved to 1.1.0"
 	const note = "1.2.0 skipped: no signature verifies"
+	// after is what an evaluation that resolves latest with note records over a Ready
+	// condition of status ready and message old.
+	after := func(changed, ready bool, old, note string) successEvents {
+		status := metav1.ConditionFalse
+		if ready {
+			status = metav1.ConditionTrue
+		}
+		st := &v1.ImagePolicyStatus{LatestRef: latest, Conditions: []metav1.Condition{
+			{Type: v1.ReadyCondition, Status: status, Reason: v1.SucceededReason, Message: old}}}
+		_, _, readyChanged := resolution{latest: latest, note: note, evaluated: v1.EvaluatedReason}.apply(st)
+		return successEvents{changed: changed, wasReady: ready, readyChanged: readyChanged, note: note}
+	}
 	for _, tc := range []struct {
 		name            string
 		in              successEvents
 		normal, warning bool
 	}{
-		{"a new latestRef", successEvents{changed: true, wasReady: true, oldMessage: "before"}, true, false},
-		{"the same latestRef, Ready before", successEvents{wasReady: true, oldMessage: resolved}, false, false},
-		{"the same latestRef, not Ready before", successEvents{oldMessage: "no tags"}, true, false},
-		{"a new note", successEvents{wasReady: true, oldMessage: resolved, note: note}, false, true},
-		{"the same note again", successEvents{wasReady: true, oldMessage: resolved + "; " + note, note: note}, false, false},
-		{"the same note with a new latestRef", successEvents{changed: true, wasReady: true, oldMessage: resolved + "; " + note, note: note}, true, true},
-		{"a note after a failure", successEvents{oldMessage: "failed", note: note}, true, true},
+		{"a new latestRef", after(true, true, "before", ""), true, false},
+		{"the same latestRef, Ready before", after(false, true, resolved, ""), false, false},
+		{"the same latestRef, not Ready before", after(false, false, "no tags", ""), true, false},
+		{"a new note", after(false, true, resolved, note), false, true},
+		{"the same note again", after(false, true, resolved+"; "+note, note), false, false},
+		{"the same note with a new latestRef", after(true, true, resolved+"; "+note, note), true, true},
+		{"a note after a failure", after(false, false, "failed", note), true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			normal, warning := tc.in.of(st)
+			normal, warning := tc.in.of()
 			if normal != tc.normal || warning != tc.warning {
 				t.Errorf("Normal %v, Warning %v; want %v, %v", normal, warning, tc.normal, tc.warning)
 			}
