@@ -187,11 +187,15 @@ func FromEnv() (*Deps, error) {
 	if err != nil {
 		return nil, err
 	}
+	storeOpts := []store.Option{store.HandOverListings()}
+	if function.ReleaseAfterStore(os.Getenv) {
+		storeOpts = append(storeOpts, store.AfterClose(function.ReleaseNow))
+	}
 	regOpts := append([]registry.Option{registry.WithCloudAuth(cloud), registry.WithEgress(guard)}, limit...)
 	d := &Deps{
 		Kube:     env.Kube,
 		Registry: registry.New(regOpts...),
-		Store:    store.New(env.StoreDir, store.HandOverListings()),
+		Store:    store.New(env.StoreDir, storeOpts...),
 		Sink:     env.Sink,
 		Recorder: kube.NewRecorder(env.Kube, "reflector-scan", kube.PostingTo(env.FluxEvents)),
 		Receiver: opts,
