@@ -76,6 +76,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"golang.org/x/time/rate"
@@ -189,7 +190,8 @@ func FromEnv() (*Deps, error) {
 	}
 	storeOpts := []store.Option{store.HandOverListings()}
 	if function.ReleaseAfterStore(os.Getenv) {
-		storeOpts = append(storeOpts, store.AfterClose(function.ReleaseNow))
+		r := &function.Releaser{Every: 500 * time.Millisecond, Release: function.ReleaseNow}
+		storeOpts = append(storeOpts, store.AfterClose(r.Request))
 	}
 	regOpts := append([]registry.Option{registry.WithCloudAuth(cloud), registry.WithEgress(guard)}, limit...)
 	d := &Deps{

@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -86,3 +87,37 @@ func ReleaseAfterStore(getenv func(string) string) bool {
 
 // ReleaseNow collects and gives the free part of the Go heap back to the system at once.
 func ReleaseNow() { debug.FreeOSMemory() }
+
+// Releaser runs a release (ReleaseNow) at most once per Every: a call within Every of the last
+// release has one more run when Every has passed, and further calls meanwhile add nothing. A
+// burst of store sessions, a listing wave handing the store over after each listing, then costs
+// one collection a period rather than one a session.
+type Releaser struct {
+	Every   time.Duration
+	Release func()
+
+	mu      sync.Mutex
+	last    time.Time
+	pending bool
+}
+
+// Request runs a release now, or once Every has passed since the last.
+func (r *Releaser) Request() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending {
+		return
+	}
+	if wait := r.Every - time.Since(r.last); wait > 0 && !r.last.IsZero() {
+		r.pending = true
+		time.AfterFunc(wait, func() {
+			r.mu.Lock()
+			r.pending, r.last = false, time.Now()
+			r.mu.Unlock()
+			r.Release()
+		})
+		return
+	}
+	r.last = time.Now()
+	r.Release()
+}
