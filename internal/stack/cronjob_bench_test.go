@@ -24,9 +24,9 @@ type cronPasses struct {
 	cpuSeconds     float64
 }
 
-// cronJobSample is how often cronJob reads the RSS of a running pass: a pass that finds nothing
-// due lasts a fraction of a second.
-const cronJobSample = 20 * time.Millisecond
+// cronJobSample is how often cronJob reads the memory of a running pass: a pass that finds
+// nothing due lasts some 20 ms from exec to exit.
+const cronJobSample = 2 * time.Millisecond
 
 // cronJob runs the cron reconciler of s as knative/cron.yaml deploys it: a CronJob whose Job
 // starts a new `cron --once` process each period, which exits at the end of its pass, so that
