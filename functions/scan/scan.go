@@ -76,6 +76,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"golang.org/x/time/rate"
@@ -187,11 +188,16 @@ func FromEnv() (*Deps, error) {
 	if err != nil {
 		return nil, err
 	}
+	storeOpts := []store.Option{store.HandOverListings()}
+	if function.ReleaseAfterStore(os.Getenv) {
+		r := &function.Releaser{Every: 500 * time.Millisecond, Release: function.ReleaseNow}
+		storeOpts = append(storeOpts, store.AfterClose(r.Request))
+	}
 	regOpts := append([]registry.Option{registry.WithCloudAuth(cloud), registry.WithEgress(guard)}, limit...)
 	d := &Deps{
 		Kube:     env.Kube,
 		Registry: registry.New(regOpts...),
-		Store:    store.New(env.StoreDir, store.HandOverListings()),
+		Store:    store.New(env.StoreDir, storeOpts...),
 		Sink:     env.Sink,
 		Recorder: kube.NewRecorder(env.Kube, "reflector-scan", kube.PostingTo(env.FluxEvents)),
 		Receiver: opts,

@@ -22,6 +22,13 @@ func TestFunctionsRunWithTheStacksMemorySettings(t *testing.T) {
 		if got := env["GOGC"]; got != stack.FunctionGCPercent {
 			t.Errorf("%s: GOGC %q, want the stack's %q", obj.GetName(), got, stack.FunctionGCPercent)
 		}
+		want := ""
+		if obj.GetName() == "reflector-policy" {
+			want = stack.PolicySteadyGCPercent
+		}
+		if got := env["REFLECTOR_STEADY_GOGC"]; got != want {
+			t.Errorf("%s: REFLECTOR_STEADY_GOGC %q, want %q as the stack runs it", obj.GetName(), got, want)
+		}
 	}
 	if seen != 3 {
 		t.Errorf("%d Knative Services in knative/, want the webhook, scan and policy functions", seen)

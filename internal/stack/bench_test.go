@@ -102,9 +102,13 @@ func newPushBench(b *testing.B, tags int, limit string) *pushBench {
 	ctx := context.Background()
 	// The seed's notifications must not queue up in docker-registry behind the webhook's rate
 	// limit, ahead of the measured pushes'.
+	var extra []string
+	if *functionEnv != "" {
+		extra = strings.Split(*functionEnv, ",")
+	}
 	s := start(b, stack.Options{CronEvery: time.Minute, NotifyBackoff: 200 * time.Millisecond,
-		Env: map[string][]string{stack.Scan: {"REFLECTOR_WEBHOOK_RATE=1000000", "REFLECTOR_WEBHOOK_BURST=1000",
-			registryRate(limit)}}})
+		Env: map[string][]string{stack.Scan: append([]string{"REFLECTOR_WEBHOOK_RATE=1000000", "REFLECTOR_WEBHOOK_BURST=1000",
+			registryRate(limit)}, extra...), stack.Policy: extra}})
 	pb := &pushBench{s: s, image: s.Registry + "/bench/app"}
 	// Each repository holds tags tags: the seed and the two of the warm-up. The seed tags go in
 	// before the ImageRepositories exist: their notifications match nothing, and the first scan
@@ -153,6 +157,12 @@ func newPushBench(b *testing.B, tags int, limit string) *pushBench {
 			}
 			return nil
 		})
+	}
+	// In production the cron reconciler is a CronJob (knative/cron.yaml): each pass is a new
+	// process that exits when the pass is done. The stack's loop holds its memory between passes,
+	// which no deployment does: run measures the cron as deployed (cronJob) instead.
+	if err := s.Kill(stack.Cron, syscall.SIGTERM); err != nil {
+		b.Fatal(err)
 	}
 	return pb
 }
@@ -260,6 +270,11 @@ func storeBytes(b *testing.B, s *stack.Stack) map[string]float64 {
 	b.Helper()
 	out := map[string]float64{"listing": 0, "push": 0, "compaction": 0}
 	for _, c := range []string{stack.Scan, stack.Cron} {
+		if s.PID(c) == 0 {
+			// The cron as a CronJob runs --once, which serves no metrics; what it writes is
+			// the deletion of gone repositories' entries, none here.
+			continue
+		}
 		for _, m := range testenv.Scrape(b, s.Metrics[c])["reflector_store_written_bytes_total"].GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == "cause" {
@@ -329,6 +344,11 @@ var seenBy = flag.String("seen", "watch", "how BenchmarkPushToLatest sees latest
 // paced below the limit, the benchmark measures the path at the default limit.
 var pushEvery = flag.Duration("push-every", 0, "start BenchmarkPushToLatest's iterations at least this far apart (0: unpaced)")
 
+// functionEnv adds settings to the environment of BenchmarkPushToLatest's scan and policy
+// functions, after the stack's own, which they override: the collector's (GOGC, GOMEMLIMIT,
+// REFLECTOR_STEADY_GOGC), to measure what each costs and saves.
+var functionEnv = flag.String("function-env", "", "comma-separated KEY=VALUE settings for BenchmarkPushToLatest's scan and policy functions, after the stack's")
+
 // apiserverProfile, when set, is the file into which BenchmarkPushToLatest writes a CPU profile
 // of the apiserver (its /debug/pprof/profile) over the first 15 s of its pushes.
 var apiserverProfile = flag.String("apiserver-profile", "", "write a 15 s CPU profile of the apiserver during BenchmarkPushToLatest's pushes to this file")
@@ -359,6 +379,7 @@ func (pb *pushBench) run(b *testing.B) {
 	requestsBefore, notFoundBefore := registryRequests(b, s)
 	runStart := time.Now()
 	sampled := sampleMemory(s, time.Second)
+	passes := cronJob(b, s, time.Minute)
 	b.ResetTimer()
 	var began time.Time
 	for range b.N {
@@ -386,6 +407,7 @@ func (pb *pushBench) run(b *testing.B) {
 	b.StopTimer()
 	pushing := b.Elapsed()
 	means := sampled()
+	cron := passes()
 	profiled()
 	// The writes of the measured pushes, of either kind: the annotation, the statuses and the
 	// Events that client-go's recorder sends in the background, which may still be on their way.
@@ -440,10 +462,24 @@ func (pb *pushBench) run(b *testing.B) {
 			b.ReportMetric((v.sum-w.sum)/n*1000, k+"_store_wait_ms")
 		}
 	}
-	// Peak and current RSS of each function, and the current RSS of the three summed: with
+	// The cron reconciler as deployed: a --once process a minute. Its peak is that of the largest
+	// pass; its means are over the whole run, zero while no pass runs, and are what the summed
+	// means count of it.
+	elapsed := time.Since(runStart).Seconds()
+	b.ReportMetric(float64(cron.passes), "cron_passes")
+	if cron.passes > 0 {
+		b.ReportMetric(cron.seconds*1000/float64(cron.passes), "cron_pass_ms")
+	}
+	b.ReportMetric(cron.peakMiB, "cron_pass_peak_MiB")
+	b.ReportMetric(cron.rssMiBs/elapsed, "cron_rss_mean_MiB")
+	b.ReportMetric(cron.anonMiBs/elapsed, "cron_anon_mean_MiB")
+	b.ReportMetric(cron.cpuSeconds*1000/pushes, "cron_cpu_ms/push")
+	means["functions_rss"] += cron.rssMiBs / elapsed
+	means["functions_anon"] += cron.anonMiBs / elapsed
+	// Peak and current RSS of each function, and the current RSS of the two summed: with
 	// -push-every 1s, what the functions hold while one push a second flows (two, one of each kind).
 	functionsRSS, functionsAnon, functionsPss := 0.0, 0.0, 0.0
-	for _, c := range []string{stack.Scan, stack.Policy, stack.Cron} {
+	for _, c := range []string{stack.Scan, stack.Policy} {
 		hwm, rss, err := memory(s.PID(c))
 		if err != nil {
 			b.Fatal(err)
@@ -492,9 +528,9 @@ func (pb *pushBench) run(b *testing.B) {
 }
 
 // sampleMemory reads, every period until the returned function is called, the RSS and its
-// anonymous part of the scan and policy functions and the cron reconciler, and returns the
-// means in MiB: <component>_rss, <component>_anon, and functions_rss and functions_anon of the
-// three summed. A reading that fails (a process restarting) is left out.
+// anonymous part of the scan and policy functions, and returns the means in MiB:
+// <component>_rss, <component>_anon, and functions_rss and functions_anon of the two summed. A
+// reading that fails (a process restarting) is left out.
 func sampleMemory(s *stack.Stack, period time.Duration) (stop func() map[string]float64) {
 	done := make(chan struct{})
 	result := make(chan map[string]float64)
@@ -509,7 +545,7 @@ func sampleMemory(s *stack.Stack, period time.Duration) (stop func() map[string]
 		for {
 			var rss, anon int64
 			whole := true
-			for _, c := range []string{stack.Scan, stack.Policy, stack.Cron} {
+			for _, c := range []string{stack.Scan, stack.Policy} {
 				r, err := rollup(s.PID(c))
 				if err != nil || r["Rss"] == 0 {
 					whole = false

@@ -434,7 +434,8 @@ func (s *Stack) command(c string) (*exec.Cmd, ready, error) {
 		cmd := exec.Command(filepath.Join(s.bins, "policy"))
 		cmd.Env = append(env, "PORT="+strconv.Itoa(s.opts.Ports.Policy),
 			"REFLECTOR_METRICS_ADDR=127.0.0.1:"+strconv.Itoa(s.opts.Ports.PolicyMetrics),
-			"REFLECTOR_STORE_DIR="+filepath.Join(d, "store"), "GOMEMLIMIT="+FunctionMemoryLimit, "GOGC="+FunctionGCPercent)
+			"REFLECTOR_STORE_DIR="+filepath.Join(d, "store"), "GOMEMLIMIT="+FunctionMemoryLimit, "GOGC="+FunctionGCPercent,
+			"REFLECTOR_STEADY_GOGC="+PolicySteadyGCPercent)
 		return cmd, answers(s.PolicyURL + "/healthz"), nil
 	case Cron:
 		cmd := exec.Command(filepath.Join(s.bins, "cron"), "--every="+s.opts.CronEvery.String(),
@@ -461,6 +462,10 @@ const FunctionMemoryLimit = "32MiB"
 
 // FunctionGCPercent is the functions' garbage-collector target (GOGC), as knative/ sets it.
 const FunctionGCPercent = "400"
+
+// PolicySteadyGCPercent is the policy function's collector target once started
+// (REFLECTOR_STEADY_GOGC), as knative/policy.yaml sets it.
+const PolicySteadyGCPercent = "50"
 
 // adapter returns the command of an ApiServerSource receive adapter that sends the add, update
 // and delete events of one resource of image.toolkit.fluxcd.io/v1 in every namespace to sink,

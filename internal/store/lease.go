@@ -132,12 +132,15 @@ func (s *Store) look(probe bool) {
 	go func() {
 		err := s.closeDB(db, g, tidy, urgent)
 		s.mu.Lock()
-		defer s.mu.Unlock()
 		s.db, s.gate, s.state = nil, nil, stateIdle
 		if s.closed {
 			s.closeErr = err
 		}
 		s.broadcast()
+		s.mu.Unlock()
+		if s.opts.afterClose != nil {
+			s.opts.afterClose()
+		}
 	}()
 }
 

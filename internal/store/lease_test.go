@@ -165,3 +165,31 @@ func TestChangedPutHandsOver(t *testing.T) {
 		t.Errorf("opens = %d, want 3", s.opens)
 	}
 }
+
+// AfterClose runs once after each close of the directory, when the directory is closed.
+func TestAfterCloseRunsAfterEachClose(t *testing.T) {
+	ctx := testCtx(t)
+	var s *Store
+	idle := make(chan bool, 4)
+	s = newTestStore(t, WithLinger(10*time.Millisecond), AfterClose(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		idle <- s.state == stateIdle && s.db == nil
+	}))
+	for i := range 2 {
+		if _, _, err := s.Put(ctx, "ns/a", testID, []string{fmt.Sprintf("v%d", i)}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case closed := <-idle:
+			if !closed {
+				t.Errorf("close %d: AfterClose ran while the database was open", i+1)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("close %d: AfterClose did not run", i+1)
+		}
+	}
+	if len(idle) != 0 {
+		t.Errorf("AfterClose ran %d times more than the closes", len(idle))
+	}
+}
