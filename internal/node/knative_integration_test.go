@@ -119,6 +119,11 @@ func TestNodeKnativeIntegration(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("after the warm pushes, when the functions had scaled to zero: %s", idle)
+			// Each revision that the install made started a pod of its own.
+			if out, err := c.Kubectl(ctx, nil, "get", "revisions", "-n", "reflector-system", "-o",
+				"custom-columns=NAME:.metadata.name,CREATED:.metadata.creationTimestamp,GENERATION:.metadata.labels.serving\\.knative\\.dev/configurationGeneration"); err == nil {
+				t.Logf("the functions' revisions:\n%s", out)
+			}
 		}
 		if alone {
 			if err := waitZero(ctx, c, 4*time.Minute); err != nil {

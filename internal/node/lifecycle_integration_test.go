@@ -70,7 +70,9 @@ func lifecycle(ctx context.Context, t *testing.T, c *node.Cluster, p *pushes, ku
 		// The Trigger made again has a ServiceAccount of the same name as the deleted one's, but
 		// not the same: the broker's filter still presents the token it was given for the
 		// deleted one, which the apiserver no longer accepts, and the policy function answers
-		// 401 (docs/operations.md). Its pod is restarted, as docs/operations.md says.
+		// 401 (docs/operations.md), unless a pod of it that accepted that token in the last
+		// five minutes (tokenreview.CacheTTL) still runs. The filter's pod is restarted, as
+		// docs/operations.md says.
 		live := p.eventOnly(ctx, t, "1.5.0", 30*time.Second)
 		t.Logf("a push through the Trigger made again, before the broker's filter restarts: %s", live)
 		if _, err := c.Kubectl(ctx, nil, "rollout", "restart", "deployment/mt-broker-filter", "-n", "knative-eventing"); err != nil {
