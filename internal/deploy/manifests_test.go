@@ -694,8 +694,17 @@ func TestStoreIsSharedIntegration(t *testing.T) {
 	}
 	seen := 0
 	anchored := false
+	// The first pod to mount the volume sets its group, and the kubelet leaves a mounted volume
+	// as it is: every pod of the store, the anchor included, has the same fsGroup.
+	groups := map[string]string{}
 	for _, obj := range build(t, placeholderImages()) {
+		if path, ok := podSpecs[obj.GetKind()+"/"+obj.GetName()]; ok {
+			g, _, _ := unstructured.NestedFieldNoCopy(obj.Object, append(path, "spec", "securityContext", "fsGroup")...)
+			groups[key(obj)] = fmt.Sprint(g)
+		}
 		if obj.GetKind() == "Deployment" && obj.GetName() == "reflector-store" {
+			g, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "spec", "template", "spec", "securityContext", "fsGroup")
+			groups[key(obj)] = fmt.Sprint(g)
 			anchored = true
 			if _, err := a.apply(context.Background(), obj, true); err != nil {
 				t.Fatalf("%s rejected: %v", key(obj), err)
@@ -769,6 +778,12 @@ func TestStoreIsSharedIntegration(t *testing.T) {
 	}
 	if !anchored {
 		t.Error("knative/ has no Deployment reflector-store, the store's anchor")
+	}
+	for _, g := range groups {
+		if g == "<nil>" || g != groups["Deployment reflector-system/reflector-store"] {
+			t.Errorf("the store's pods have fsGroups %v; want one, set on each", groups)
+			break
+		}
 	}
 }
 

@@ -110,11 +110,27 @@ func TestNodeKnativeIntegration(t *testing.T) {
 	started := map[string][]int{} // pods started per push from zero, by Service
 	for i := 1; i <= rounds; i++ {
 		webhookPod := "not measured"
+		var hs *podStarts // the webhook's start alone
+		if i == 1 {
+			// The round after the warm pushes starts when their pods are gone, not merely
+			// scaled away: what they still held on the node then is the figure.
+			idle, err := waitIdle(ctx, c, 4*time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("after the warm pushes, when the functions had scaled to zero: %s", idle)
+			// Each revision that the install made started a pod of its own.
+			if out, err := c.Kubectl(ctx, nil, "get", "revisions", "-n", "reflector-system", "-o",
+				"custom-columns=NAME:.metadata.name,CREATED:.metadata.creationTimestamp,GENERATION:.metadata.labels.serving\\.knative\\.dev/configurationGeneration"); err == nil {
+				t.Logf("the functions' revisions:\n%s", out)
+			}
+		}
 		if alone {
 			if err := waitZero(ctx, c, 4*time.Minute); err != nil {
 				t.Fatal(err)
 			}
-			hs, stop := watchPodStarts(ctx, t, c)
+			var stop func()
+			hs, stop = watchPodStarts(ctx, t, c)
 			asked := time.Now()
 			a := p.healthz(ctx, t)
 			stop()
@@ -171,6 +187,9 @@ func TestNodeKnativeIntegration(t *testing.T) {
 		}
 		t.Logf("round %d from zero: webhook alone %s; push to latestRef %s; pods started %v: %s; other pods: %v",
 			i, webhookPod, ms(d), perService, strings.Join(line, "; "), extra)
+		if waited := append(hs.unschedulable(), ps.unschedulable()...); len(waited) > 0 {
+			t.Logf("round %d: pods that waited for a node, with the scheduler's reason: %s", i, strings.Join(waited, "; "))
+		}
 	}
 	if alone {
 		t.Logf("one pod start alone (the webhook's /healthz from zero), by step:%s", aloneStarts)

@@ -203,35 +203,68 @@ func firstRequest(r io.Reader) (req Request, ok bool, err error) {
 		if ok {
 			return nil
 		}
-		ts, rest, _ := strings.Cut(line, " ")
-		stream, rest, _ := strings.Cut(rest, " ")
-		_, text, _ := strings.Cut(rest, " ")
-		if stream != "stdout" || !strings.Contains(text, `"httpRequest"`) {
-			return nil
-		}
-		var entry struct {
-			HTTPRequest struct {
-				RequestURL string `json:"requestUrl"`
-				Status     int    `json:"status"`
-				Latency    string `json:"latency"`
-			} `json:"httpRequest"`
-		}
-		if json.Unmarshal([]byte(text), &entry) != nil {
-			return nil
-		}
-		end, err := time.Parse(time.RFC3339Nano, ts)
-		if err != nil {
-			return fmt.Errorf("container log line without a time: %.80q", line)
-		}
-		lat, err := time.ParseDuration(entry.HTTPRequest.Latency)
-		if err != nil {
-			return fmt.Errorf("request log line with latency %q: %w", entry.HTTPRequest.Latency, err)
-		}
-		req = Request{End: end, Latency: lat, URL: entry.HTTPRequest.RequestURL, Status: entry.HTTPRequest.Status}
-		ok = true
-		return nil
+		req, ok, err = requestLine(line)
+		return err
 	})
 	return req, ok, err
+}
+
+// Requests returns the requests that container logged in Knative's request log format, as
+// FirstRequest reads them, in every pod of namespace whose name starts with prefix.
+func (c *Cluster) Requests(namespace, prefix, container string) ([]Request, error) {
+	logs, err := filepath.Glob(filepath.Join(c.Dir, "kubelet", "pod-logs", namespace+"_"+prefix+"*", container, "*.log"))
+	if err != nil {
+		return nil, err
+	}
+	var reqs []Request
+	for _, l := range logs {
+		f, err := os.Open(l)
+		if err != nil {
+			return nil, err
+		}
+		err = eachLine(f, func(line string) error {
+			r, ok, err := requestLine(line)
+			if ok {
+				reqs = append(reqs, r)
+			}
+			return err
+		})
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return reqs, nil
+}
+
+// requestLine parses a container log line of Knative's request log; ok is false for another
+// line.
+func requestLine(line string) (req Request, ok bool, err error) {
+	ts, rest, _ := strings.Cut(line, " ")
+	stream, rest, _ := strings.Cut(rest, " ")
+	_, text, _ := strings.Cut(rest, " ")
+	if stream != "stdout" || !strings.Contains(text, `"httpRequest"`) {
+		return req, false, nil
+	}
+	var entry struct {
+		HTTPRequest struct {
+			RequestURL string `json:"requestUrl"`
+			Status     int    `json:"status"`
+			Latency    string `json:"latency"`
+		} `json:"httpRequest"`
+	}
+	if json.Unmarshal([]byte(text), &entry) != nil {
+		return req, false, nil
+	}
+	end, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return req, false, fmt.Errorf("container log line without a time: %.80q", line)
+	}
+	lat, err := time.ParseDuration(entry.HTTPRequest.Latency)
+	if err != nil {
+		return req, false, fmt.Errorf("request log line with latency %q: %w", entry.HTTPRequest.Latency, err)
+	}
+	return Request{End: end, Latency: lat, URL: entry.HTTPRequest.RequestURL, Status: entry.HTTPRequest.Status}, true, nil
 }
 
 // eachLine calls fn with each line of r; lines of up to 1 MiB.

@@ -25,6 +25,8 @@ type podStarts struct {
 type podStart struct {
 	service, name             string
 	created, scheduled, ready time.Time
+	// unschedulable is the scheduler's reason while the pod waited for a node, if it did.
+	unschedulable string
 }
 
 func watchPodStarts(ctx context.Context, t *testing.T, c *node.Cluster) (*podStarts, func()) {
@@ -55,6 +57,11 @@ func watchPodStarts(ctx context.Context, t *testing.T, c *node.Cluster) (*podSta
 			}
 			if s.scheduled.IsZero() && pod.Spec.NodeName != "" {
 				s.scheduled = now
+			}
+			for _, cond := range pod.Status.Conditions {
+				if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && s.unschedulable == "" {
+					s.unschedulable = cond.Reason + ": " + cond.Message
+				}
 			}
 			if s.ready.IsZero() {
 				for _, cond := range pod.Status.Conditions {
@@ -209,6 +216,21 @@ func (st startTable) String() string {
 		}
 	}
 	return b.String()
+}
+
+// unschedulable returns the scheduler's reasons for the round's pods that waited for a node.
+func (ps *podStarts) unschedulable() []string {
+	var out []string
+	if ps == nil {
+		return nil
+	}
+	for _, s := range ps.seen {
+		if s.unschedulable != "" {
+			out = append(out, s.name+": "+s.unschedulable)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // count returns how many pods of each Service the round started.

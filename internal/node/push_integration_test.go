@@ -290,34 +290,151 @@ func (p *pushes) pushToLatest(ctx context.Context, t *testing.T, tag string, wit
 // functions are reflector's Knative Services.
 var functions = []string{"reflector-webhook", "reflector-scan", "reflector-policy"}
 
-// functionPods returns the running pods of the functions, by Service.
-func functionPods(ctx context.Context, c *node.Cluster) (map[string]int, error) {
-	pods, err := c.Clientset().CoreV1().Pods("reflector-system").List(ctx, metav1.ListOptions{LabelSelector: "serving.knative.dev/service"})
-	if err != nil {
-		return nil, err
-	}
-	n := map[string]int{}
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			n[p.Labels["serving.knative.dev/service"]]++
+// reflectorPods returns reflector's pods that have not ended, by Service ("reflector-cron" for
+// the CronJob's): the functions' and the CronJob's, terminating ones included, since those
+// still hold their requests on the node. serving is false for a pod being deleted.
+func reflectorPods(ctx context.Context, c *node.Cluster) ([]corev1.Pod, error) {
+	var all []corev1.Pod
+	for _, sel := range []string{"serving.knative.dev/service", "app.kubernetes.io/name=reflector-cron"} {
+		pods, err := c.Clientset().CoreV1().Pods("reflector-system").List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				all = append(all, p)
+			}
 		}
 	}
-	return n, nil
+	return all, nil
 }
 
-// waitZero waits until no function has a pod.
+// podService is the Service of one of reflectorPods.
+func podService(p corev1.Pod) string {
+	if svc := p.Labels["serving.knative.dev/service"]; svc != "" {
+		return svc
+	}
+	return p.Labels["app.kubernetes.io/name"]
+}
+
+// waitZero waits until reflector has no pod but the store's anchor: none of the functions',
+// terminating ones included, and none of the CronJob's running. A pod that Knative scaled
+// away keeps its CPU request while its queue-proxy drains; a round that started beside it
+// would measure the node's spare capacity, not a start from idle.
 func waitZero(ctx context.Context, c *node.Cluster, within time.Duration) error {
+	_, err := waitIdle(ctx, c, within)
+	return err
+}
+
+// idleness is what the node held when the functions had just scaled to zero: the first moment
+// that none of their pods was serving, while those scaled away were still terminating.
+type idleness struct {
+	// allocatable and requested are the node's CPU, in millicores: what pods may request, and
+	// what the pods bound to it and not ended requested at that moment, terminating included.
+	allocatable, requested int64
+	// terminating lists the reflector pods being deleted then, with their CPU request.
+	terminating []string
+	// gone is how long each of those took from its deletion until it was gone.
+	gone []time.Duration
+	// waited is how long waitIdle waited after that moment for no reflector pod at all.
+	waited time.Duration
+}
+
+func (i idleness) String() string {
+	if len(i.terminating) == 0 {
+		return fmt.Sprintf("no reflector pod was terminating; the node's pods requested %dm of %dm CPU", i.requested, i.allocatable)
+	}
+	gone := make([]string, len(i.gone))
+	for j, d := range i.gone {
+		gone[j] = d.Round(100 * time.Millisecond).String()
+	}
+	return fmt.Sprintf("the node's pods requested %dm of %dm CPU, of which terminating reflector pods %s; they were gone %s after their deletion, idle %s after the functions' last pod stopped serving",
+		i.requested, i.allocatable, strings.Join(i.terminating, ", "), strings.Join(gone, ", "), i.waited.Round(100*time.Millisecond))
+}
+
+// waitIdle is waitZero, and tells what the node held when the functions stopped serving.
+func waitIdle(ctx context.Context, c *node.Cluster, within time.Duration) (idleness, error) {
+	var idle idleness
 	deadline := time.Now().Add(within)
+	var stopped time.Time
+	deleted := map[string]time.Time{} // terminating pods: when their deletion was asked for
 	for {
-		n, err := functionPods(ctx, c)
-		if err == nil && len(n) == 0 {
-			return nil
+		pods, err := reflectorPods(ctx, c)
+		now := time.Now()
+		if err == nil {
+			serving := false
+			seen := map[string]bool{}
+			for _, p := range pods {
+				seen[p.Name] = true
+				if p.DeletionTimestamp == nil {
+					serving = true
+					continue
+				}
+				if _, ok := deleted[p.Name]; !ok {
+					grace := time.Duration(0)
+					if p.DeletionGracePeriodSeconds != nil {
+						grace = time.Duration(*p.DeletionGracePeriodSeconds) * time.Second
+					}
+					deleted[p.Name] = p.DeletionTimestamp.Time.Add(-grace)
+				}
+			}
+			if stopped.IsZero() && !serving {
+				stopped = now
+				idle.allocatable, idle.requested, err = nodeCPU(ctx, c)
+				for _, p := range pods {
+					idle.terminating = append(idle.terminating, fmt.Sprintf("%s %dm", podService(p), podCPU(p)))
+				}
+			}
+			for name, at := range deleted {
+				if !seen[name] {
+					if !stopped.IsZero() {
+						idle.gone = append(idle.gone, now.Sub(at))
+					}
+					delete(deleted, name)
+				}
+			}
+			if err == nil && len(pods) == 0 {
+				idle.waited = now.Sub(stopped)
+				return idle, nil
+			}
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("function pods after %s: %v (%v)", within, n, err)
+		if now.After(deadline) {
+			return idle, fmt.Errorf("reflector pods after %s: %d (%v)", within, len(pods), err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// nodeCPU returns the node's allocatable CPU and the CPU requests of the pods bound to it that
+// have not ended, in millicores.
+func nodeCPU(ctx context.Context, c *node.Cluster) (allocatable, requested int64, err error) {
+	n, err := c.Clientset().CoreV1().Nodes().Get(ctx, node.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return 0, 0, err
+	}
+	pods, err := c.Clientset().CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node.NodeName})
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			requested += podCPU(p)
+		}
+	}
+	return n.Status.Allocatable.Cpu().MilliValue(), requested, nil
+}
+
+// podCPU returns a pod's CPU request in millicores as the scheduler counts it: its containers'
+// requests, or its largest init container's when that is more.
+func podCPU(p corev1.Pod) int64 {
+	var sum, initMax int64
+	for _, ct := range p.Spec.Containers {
+		sum += ct.Resources.Requests.Cpu().MilliValue()
+	}
+	for _, ct := range p.Spec.InitContainers {
+		initMax = max(initMax, ct.Resources.Requests.Cpu().MilliValue())
+	}
+	return max(sum, initMax)
 }
 
 // percentile returns the p-th percentile (0 to 100) of ds, nearest rank.
