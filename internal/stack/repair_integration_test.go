@@ -82,8 +82,16 @@ func TestStoppedPolicyFunctionRepairedByCronIntegration(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitTag(t, s, "repair", "1.2.0")
-	if n := handled(t, s, events.TypePolicyRequested, "default/repair"); n == 0 {
-		t.Errorf("latestRef 1.2.0 came without a request of the cron reconciler; log %s", s.Log(stack.Policy))
+	// The function logs a request once its handler returned, after the status write that the
+	// wait above saw; the cron reconciler sends no other request for a policy that is current.
+	err := testenv.Poll(ctx, 10*time.Second, 100*time.Millisecond, func() error {
+		if handled(t, s, events.TypePolicyRequested, "default/repair") == 0 {
+			return fmt.Errorf("no request of the cron reconciler in %s", s.Log(stack.Policy))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("latestRef 1.2.0 came without a request of the cron reconciler: %v", err)
 	}
 
 	calls := policyStoreCalls(t, s)
