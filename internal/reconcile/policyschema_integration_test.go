@@ -41,20 +41,28 @@ func verifySupported(t *testing.T) (float64, bool) {
 	return 0, false
 }
 
-// TestCheckPolicySchemaIntegration installs an ImagePolicy CRD without spec.verify, as Flux's
-// is, into an apiserver of the test's own (the shared one serves reflector's CRD to every
-// other test), and checks the log line, the metric and the Event; then reflector's CRD again.
-func TestCheckPolicySchemaIntegration(t *testing.T) {
+// ownAPIServer starts an apiserver of the test's own, for a test that changes which ImagePolicy
+// CRD is served: the shared one serves reflector's CRD to every other test.
+func ownAPIServer(t *testing.T) (context.Context, *testenv.Env) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: starts etcd and kube-apiserver")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	env, err := testenv.Start(ctx, testenv.Options{})
 	if err != nil {
 		t.Fatalf("starting kube-apiserver: %v", err)
 	}
-	defer env.Stop()
+	t.Cleanup(func() { env.Stop() })
+	return ctx, env
+}
+
+// TestCheckPolicySchemaIntegration installs an ImagePolicy CRD without spec.verify, as Flux's
+// is, into an apiserver of the test's own (the shared one serves reflector's CRD to every
+// other test), and checks the log line, the metric and the Event; then reflector's CRD again.
+func TestCheckPolicySchemaIntegration(t *testing.T) {
+	ctx, env := ownAPIServer(t)
 	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 	flux, err := testenv.FluxCRD("imagepolicies")
@@ -123,16 +131,7 @@ func TestCheckPolicySchemaIntegration(t *testing.T) {
 // It is then due again (DueTagsChanged), and evaluating it again gives the same answer, Ready:
 // the missing field costs evaluations, never a wrong or stuck policy.
 func TestFluxPolicyCRDEvaluatedAgainIntegration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("integration test: starts etcd and kube-apiserver")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	env, err := testenv.Start(ctx, testenv.Options{})
-	if err != nil {
-		t.Fatalf("starting kube-apiserver: %v", err)
-	}
-	defer env.Stop()
+	ctx, env := ownAPIServer(t)
 	if err := env.InstallCRDs(ctx); err != nil {
 		t.Fatal(err)
 	}
