@@ -87,10 +87,16 @@ func (g *Guard) add(entry string) error {
 		return nil
 	}
 	if a, err := netip.ParseAddr(entry); err == nil {
+		if err := zoneless(entry, a); err != nil {
+			return err
+		}
 		g.prefixes = append(g.prefixes, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
 		return nil
 	}
 	if ap, err := netip.ParseAddrPort(entry); err == nil {
+		if err := zoneless(entry, ap.Addr()); err != nil {
+			return err
+		}
 		g.addrs[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = true
 		return nil
 	}
@@ -102,6 +108,16 @@ func (g *Guard) add(entry string) error {
 		return fmt.Errorf("%s: %q has no valid port", EnvAllow, entry)
 	}
 	g.names[strings.ToLower(strings.TrimSuffix(host, "."))+":"+port] = true
+	return nil
+}
+
+// zoneless refuses an address with an IPv6 zone (fe80::1%eth0): a prefix never contains a zoned
+// address, so such an entry would be accepted and then allow nothing, and a zone names an
+// interface of the host, which the allow-list does not choose.
+func zoneless(entry string, a netip.Addr) error {
+	if a.Zone() != "" {
+		return fmt.Errorf("%s: %q has an IPv6 zone; name the address without it", EnvAllow, entry)
+	}
 	return nil
 }
 

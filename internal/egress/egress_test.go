@@ -76,7 +76,7 @@ func TestParse(t *testing.T) {
 			t.Errorf("Allows(%s) = %v, want %v", ap, got, want)
 		}
 	}
-	for _, bad := range []string{"10.0.0.0/33", "host", "host:0", "host:x", "[::1]", "a/b:80"} {
+	for _, bad := range []string{"10.0.0.0/33", "host", "host:0", "host:x", "[::1]", "a/b:80", "::1%000", "fe80::1%eth0", "[fe80::1%eth0]:5000"} {
 		if _, err := egress.Parse(bad); err == nil {
 			t.Errorf("Parse(%q) succeeded", bad)
 		} else if !strings.Contains(err.Error(), egress.EnvAllow) {
